@@ -1,0 +1,57 @@
+# Parallelism Lab. A new user needs two commands: `make lab` and `make test`.
+# Everything is installed into .venv by this file; nothing is installed by hand.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+ARGS ?=
+PYTEST_ARGS ?=
+MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
+NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
+
+.PHONY: lab test test-fast release lint bench clean setup
+
+setup: $(VENV)/.installed
+
+# torch first: a CPU build when no GPU is seen (the CPU wheel index, falling back to the
+# default index, which is CPU-only where a local CPU wheel is served); a CUDA build otherwise.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if ! $(PY) -c "import torch" 2>/dev/null; then \
+	  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	    echo "GPU seen: installing torch $(TORCH_VERSION) (CUDA build)"; \
+	    $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+	  else \
+	    echo "no GPU seen: installing a CPU build of torch $(TORCH_VERSION)"; \
+	    $(PY) -m pip install -q --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) \
+	      "torch==$(TORCH_VERSION)" 2>/dev/null \
+	    || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+	  fi; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# Regenerate course/ (the learners' release) from solutions/ (the source of truth).
+release: setup
+	@for m in $(MODULES); do $(NBGRADER) generate_assignment $$m --force --quiet || exit 1; done
+	@rm -f autograder/gradebook.db
+
+lint: setup
+	$(VENV)/bin/ruff check lib tests benchmarks autograder
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache artifacts
