@@ -1,0 +1,137 @@
+"""Errors of `parlab.launch.run`, and the watch that turns a hang into an explanation.
+
+Each rank publishes a JSON status line (see `parlab._rank`): starting, running, in a call,
+after a call, returned, raised. The parent reads them to say what every rank was doing when
+a run timed out, and to stop early when a hang is certain: a rank has sat in a call for a
+while and every other rank of that call has already returned, so nobody will ever join it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+SURE_HANG_S = 1.0  # a call that waits this long for ranks that have all returned is a hang
+_COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
+                 "ECONNRESET", "Socket closed", "Connection refused")
+_MISMATCH = ("Detected mismatch between collectives", "mismatch between collectives")
+
+
+def _compact(text: str) -> str:
+    """Drop the device/layout noise torch prints in every collective fingerprint."""
+    return re.sub(r", TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)", "", text)
+
+
+class RankError(RuntimeError):
+    """A rank raised (or died). `.rank` names it, `.traceback` holds its traceback."""
+
+    def __init__(self, message: str, *, rank: int, exc_type: str, traceback: str,
+                 reports: list[tuple] | None = None) -> None:
+        super().__init__(message)
+        self.rank, self.exc_type, self.traceback = rank, exc_type, traceback
+        self.reports = reports or []
+
+    @classmethod
+    def from_reports(cls, reports: list[tuple], state: str) -> RankError:
+        """Pick the root cause: a rank's own error beats its peers' broken connections."""
+        own = [r for r in reports if not _is_comm_failure(r[2])]
+        rank, ename, evalue, tb, _ = min(own or reports, key=lambda r: r[4])
+        evalue, tb = _compact(evalue), _compact(tb)
+        kind = CollectiveMismatch if any(m in evalue for m in _MISMATCH) else cls
+        head = (f"rank {rank} raised {ename}: {evalue}" if ename != "RankDied" else evalue)
+        if kind is CollectiveMismatch:
+            head = ("ranks called collectives that do not match (a different operation, or "
+                    "tensors of different shape or dtype on different ranks). Every rank "
+                    "must call the same collectives, in the same order, with tensors of the "
+                    f"same shape.\n{head}")
+        others = [f"  rank {r[0]}: {r[1]}: {_compact(r[2]).splitlines()[0][:300] if r[2] else ''}"
+                  for r in reports if r[0] != rank]
+        parts = [head, f"\n--- traceback on rank {rank} ---\n{tb.rstrip()}"]
+        if others:
+            parts.append("other ranks (most likely a consequence):\n" + "\n".join(others))
+        parts.append("state of every rank:\n" + state)
+        return kind("\n".join(parts), rank=rank, exc_type=ename, traceback=tb, reports=reports)
+
+
+class CollectiveMismatch(RankError):
+    """Ranks disagreed on a collective: a different op, shape or dtype."""
+
+
+class CollectiveTimeout(TimeoutError):
+    """The ranks did not finish in time; the message says what each was doing."""
+
+    def __init__(self, message: str, *, states: dict[int, dict]) -> None:
+        super().__init__(message)
+        self.states = states
+
+
+def _is_comm_failure(text: str) -> bool:
+    return any(m in text for m in _COMM_FAILURE)
+
+
+class Watch:
+    """Reads the ranks' status lines; raises CollectiveTimeout on a timeout or a sure hang."""
+
+    def __init__(self, statuses: list[Any], timeout: float) -> None:
+        self.statuses, self.timeout = statuses, timeout
+        self.started = time.monotonic()
+
+    def state(self, rank: int) -> dict:
+        raw = bytes(self.statuses[rank].raw).split(b"\0", 1)[0]
+        try:
+            return json.loads(raw) if raw else {"state": "starting"}
+        except ValueError:  # caught mid-write: ask again next time
+            return {"state": "unknown"}
+
+    def describe(self, results: dict[int, Any]) -> str:
+        now = time.time()
+        lines = []
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            ago = now - s.get("t", now)
+            if rank in results or s["state"] == "returned":
+                text = "returned its result"
+            elif s["state"] == "in":
+                text = f"waiting in {s['what']} for {ago:.1f} s (its call #{s['call']})"
+            elif s["state"] == "after":
+                text = (f"running its own code; last call {s['what']} (#{s['call']}) "
+                        f"finished {ago:.1f} s ago")
+            elif s["state"] == "running":
+                text = f"running its own code for {ago:.1f} s, no communication call yet"
+            elif s["state"] == "raised":
+                text = f"raised {s.get('what', 'an exception')}"
+            else:
+                text = "starting (not yet in the process group)"
+            lines.append(f"  rank {rank}: {text}")
+        return "\n".join(lines)
+
+    def _sure_hang(self, results: dict[int, Any]) -> str | None:
+        now = time.time()
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            if s.get("state") != "in" or now - s.get("t", now) < SURE_HANG_S:
+                continue
+            peers = [r for r in s.get("group", []) if r != rank]
+            if peers and all(r in results for r in peers):
+                return (f"rank {rank} waits in {s['what']}, but rank(s) {peers} already "
+                        "returned without making the matching call: some rank skipped a "
+                        "collective (or a send/recv) that the others made")
+        return None
+
+    def check(self, results: dict[int, Any], errors: list) -> None:
+        if errors:
+            return
+        elapsed = time.monotonic() - self.started
+        reason = self._sure_hang(results)
+        if reason is None and elapsed <= self.timeout:
+            return
+        if reason is None:
+            reason = (f"no result within timeout={self.timeout:g} s. Likely causes: ranks "
+                      "that wait for each other (a collective or a recv that some rank never "
+                      "reaches), or an endless loop")
+        states = {r: self.state(r) for r in range(len(self.statuses))}
+        raise CollectiveTimeout(f"run() stopped after {elapsed:.1f} s: {reason}.\n"
+                                f"What each rank was doing:\n{self.describe(results)}",
+                                states=states)

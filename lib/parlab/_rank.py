@@ -1,0 +1,103 @@
+"""The life of one rank started by `parlab.launch.run` (runs in the child process).
+
+1. Watch the parent: a thread reads the lifeline pipe and ends this process when the parent
+   closes it (run is over) or dies (a killed kernel leaves no orphans).
+2. Join the default process group through a file store (no port to pick, so concurrent runs
+   cannot collide) with TORCH_DISTRIBUTED_DEBUG=DETAIL, which makes ranks that call
+   mismatched collectives fail at once instead of exchanging wrong data.
+3. Publish a one-line status (what this rank is doing) in shared memory at every
+   communication call, so a hang can be explained by the parent.
+4. Run the user's function and send back ("ok", result) or ("error", details).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from parlab import comm
+
+STATUS_BYTES = 1024  # room for one JSON status line per rank
+
+
+def _publish(status: Any, record: dict[str, Any]) -> None:
+    data = json.dumps(record).encode()[: STATUS_BYTES - 1]
+    status[: len(data) + 1] = data + b"\0"
+
+
+def _status_listener(status: Any):
+    calls = [0]
+
+    def listener(phase: str, event: comm.Event) -> None:
+        if phase == "start":
+            calls[0] += 1
+        _publish(status, {
+            "state": "in" if phase == "start" else "after",
+            "what": event.describe(), "kind": event.kind,
+            "group": list(event.group_ranks), "p2p": event.group_size == 2 and
+            event.kind.replace("wait(", "").rstrip(")") in ("send", "recv", "isend", "irecv"),
+            "call": calls[0], "t": time.time(),
+        })
+
+    return listener
+
+
+def _watch_parent(lifeline: Any) -> None:
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(0)
+
+
+def main(rank: int, world_size: int, backend: str, store_path: str, timeout: float,
+         payload: bytes, results: Any, lifeline: Any, status: Any) -> None:
+    """Entry point of one rank: never returns an exception to multiprocessing."""
+    os.setpgrp()  # our own process group: the parent kills it whole, Ctrl-C is the parent's
+    threading.Thread(target=_watch_parent, args=(lifeline,), daemon=True).start()
+    _publish(status, {"state": "starting", "t": time.time()})
+    try:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        os.environ.setdefault("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+        dist.set_debug_level_from_env()
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        store = dist.FileStore(store_path, world_size)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout))
+        comm.add_listener(_status_listener(status))
+        fn, args, kwargs = cloudpickle.loads(payload)
+        _publish(status, {"state": "running", "t": time.time()})
+        out = fn(*args, **kwargs)
+        try:
+            blob = pickle.dumps(("ok", rank, out))
+        except Exception as exc:  # noqa: BLE001 - reported to the learner
+            raise TypeError(
+                f"rank {rank} returned a {type(out).__name__} that cannot be sent back to "
+                f"the caller ({exc}); return tensors, numbers, lists or dicts") from exc
+        _publish(status, {"state": "returned", "t": time.time()})
+        results.send_bytes(blob)
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+        _publish(status, {"state": "raised", "what": type(exc).__name__, "t": time.time()})
+        detail = ("error", rank, type(exc).__name__, str(exc), traceback.format_exc(),
+                  time.time())
+        try:
+            results.send_bytes(pickle.dumps(detail))
+        except Exception:  # noqa: BLE001 - parent gone: nothing left to tell
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Stay alive until the parent closes the lifeline: a rank that exits early would make
+    # its peers fail with "connection reset" instead of the real cause.
+    threading.Event().wait()

@@ -1,0 +1,254 @@
+"""Watch every collective and point-to-point call a rank makes, and count its bytes.
+
+Inside a rank (for instance in a function given to `parlab.launch.run`):
+
+    from parlab import comm
+    with comm.trace() as tr:
+        dist.all_reduce(x)                 # x: (1024,) float32 = 4096 bytes
+    tr.events[0].kind                      # "all_reduce"
+    tr.wire_bytes()                        # 2(t-1)/t * 4096 under a ring algorithm
+
+How it works: `install()` replaces the functions of `torch.distributed` (all_reduce,
+all_gather, send, isend, ...) with thin wrappers that tell every registered listener when a
+call starts and ends. The tracer is one listener; the launcher registers another that keeps
+a one-line status per rank, so a hang can say what each rank was doing. Code that calls
+`dist.all_reduce(...)` is seen; a function imported earlier by name
+(`from torch.distributed import all_reduce`) is not.
+
+Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`:
+all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the full tensor,
+all_to_all (t-1)/t*n of the input, send n, recv 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+
+@dataclass(frozen=True)
+class Event:
+    """One communication call as one rank saw it."""
+
+    kind: str  # "all_reduce", "all_gather", "reduce_scatter", "send", "irecv", ...
+    group_size: int  # ranks taking part (2 for point-to-point)
+    nbytes: int  # payload: the full tensor for all_reduce/all_gather/reduce_scatter
+    wire_bytes: float  # bytes this rank sends under a ring algorithm
+    group_ranks: tuple[int, ...] = ()  # global ranks of the group (peer for p2p)
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+
+    def describe(self) -> str:
+        peers = f" with ranks {list(self.group_ranks)}" if self.group_ranks else ""
+        return f"{self.kind}(tensor {tuple(self.shape)} {self.dtype}, {self.nbytes} B){peers}"
+
+
+Listener = Callable[[str, Event], None]  # (phase "start" | "end", event)
+_listeners: list[Listener] = []
+_originals: dict[str, Callable[..., Any]] = {}
+_depth = [0]  # >0 while inside a wrapped call: all_gather_object calls all_gather itself
+
+
+def _nbytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def _group_ranks(group: Any) -> tuple[int, ...]:
+    if not dist.is_initialized():
+        return ()
+    if group is None or group is dist.GroupMember.WORLD:
+        return tuple(range(dist.get_world_size()))
+    return tuple(dist.get_process_group_ranks(group))
+
+
+def _first_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
+        return x[0]
+    return None
+
+
+def _payload(kind: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor | None, int]:
+    """The tensor to describe and the payload bytes n used by the cost formulas."""
+    a0 = args[0] if args else next(iter(kwargs.values()), None)
+    a1 = args[1] if len(args) > 1 else None
+    if kind in ("all_gather", "reduce_scatter"):  # list forms: full = sum of the list
+        full = a0 if kind == "all_gather" else a1
+        if isinstance(full, (list, tuple)):
+            return _first_tensor(full), sum(_nbytes(t) for t in full)
+    if kind == "all_gather_into_tensor":  # (output, input): full = output
+        return a0, _nbytes(a0)
+    if kind == "reduce_scatter_tensor":  # (output, input): full = input
+        return a1, _nbytes(a1)
+    if kind in ("all_to_all", "all_to_all_single"):  # (output, input): count the input
+        t = a1 if kind == "all_to_all_single" else None
+        if isinstance(a1, (list, tuple)):
+            return _first_tensor(a1), sum(_nbytes(x) for x in a1)
+        return t, _nbytes(t)
+    t = _first_tensor(a0)
+    return t, _nbytes(t)
+
+
+# Which ring formula of parlab.costs gives the bytes a rank sends, per kind of call.
+_WIRE = {
+    "all_reduce": "ring_allreduce_bytes",
+    "all_gather": "ring_allgather_bytes",
+    "all_gather_into_tensor": "ring_allgather_bytes",
+    "reduce_scatter": "ring_reduce_scatter_bytes",
+    "reduce_scatter_tensor": "ring_reduce_scatter_bytes",
+    "all_to_all": "all_to_all_bytes",
+    "all_to_all_single": "all_to_all_bytes",
+    "broadcast": "broadcast_bytes",
+}
+
+
+def wire_bytes(kind: str, nbytes: int, group_size: int) -> float:
+    """Bytes one rank sends for a call of `kind` with payload `nbytes` among `group_size`."""
+    if kind in ("send", "isend"):
+        return float(nbytes)
+    formula = _WIRE.get(kind)
+    if formula is None or nbytes == 0:
+        return 0.0
+    from parlab import costs  # imported here: costs is pure maths, comm is plumbing
+
+    return float(getattr(costs, formula)(nbytes, group_size))
+
+
+_COLLECTIVES = [
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce",
+    "gather", "scatter", "barrier", "all_gather_object", "broadcast_object_list",
+]
+_P2P = ["send", "recv", "isend", "irecv"]  # batch_isend_irecv calls isend/irecv
+
+
+def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
+    tensor, n = _payload(kind, args, kwargs)
+    if kind in _P2P:
+        peer = kwargs.get("dst", kwargs.get("src", args[1] if len(args) > 1 else None))
+        ranks: tuple[int, ...] = () if peer is None else (int(peer),)
+        size = 2
+    else:
+        ranks = _group_ranks(kwargs.get("group"))
+        size = len(ranks) or 1
+    wire = wire_bytes(kind, n, size)
+    shape = tuple(tensor.shape) if tensor is not None else ()
+    dtype = str(tensor.dtype).replace("torch.", "") if tensor is not None else ""
+    return Event(kind, size, n, wire, ranks, shape, dtype)
+
+
+def _notify(phase: str, event: Event) -> None:
+    for listener in list(_listeners):
+        listener(phase, event)
+
+
+class _TracedWork:
+    """Wraps the handle of an isend/irecv so that waiting on it is seen too."""
+
+    def __init__(self, work: Any, event: Event) -> None:
+        self._work, self._event = work, event
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        waiting = dataclasses.replace(self._event, kind=f"wait({self._event.kind})")
+        _notify("start", waiting)
+        out = self._work.wait(*args, **kwargs)
+        _notify("end", waiting)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _listeners or _depth[0]:  # not watched, or called by another wrapped call
+            return fn(*args, **kwargs)
+        event = _make_event(kind, args, kwargs)
+        _notify("start", event)
+        _depth[0] += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _depth[0] -= 1
+        _notify("end", event)
+        if kind in ("isend", "irecv") and out is not None:
+            return _TracedWork(out, event)
+        return out
+
+    wrapper.__parlab_original__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+def install() -> None:
+    """Wrap torch.distributed's communication functions once (idempotent)."""
+    if _originals:
+        return
+    for kind in _COLLECTIVES + _P2P:
+        fn = getattr(c10d, kind, None)
+        if fn is not None:
+            _originals[kind] = fn
+            wrapped = _wrap(kind, fn)
+            # Both names: `dist.isend` for callers, the module global for P2POp's own check
+            # and for batch_isend_irecv, which calls it.
+            setattr(dist, kind, wrapped)
+            setattr(c10d, kind, wrapped)
+
+
+def add_listener(listener: Listener) -> None:
+    """Call `listener(phase, event)` at the start and end of every communication call."""
+    install()
+    _listeners.append(listener)
+
+
+def remove_listener(listener: Listener) -> None:
+    if listener in _listeners:
+        _listeners.remove(listener)
+
+
+@dataclass
+class Trace:
+    """What one rank sent while a `trace()` block was open."""
+
+    events: list[Event] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def count(self, kind: str | None = None) -> int:
+        return len(self.events if kind is None else self.of(kind))
+
+    def wire_bytes(self, kind: str | None = None) -> float:
+        """Bytes this rank sent, under ring algorithms (optionally for one kind only)."""
+        return sum(e.wire_bytes for e in (self.events if kind is None else self.of(kind)))
+
+    def summary(self) -> str:
+        lines = [f"{e.describe()}: {e.wire_bytes:,.0f} B on the wire" for e in self.events]
+        return "\n".join(lines + [f"total: {self.wire_bytes():,.0f} B sent by this rank"])
+
+
+@contextlib.contextmanager
+def trace() -> Iterator[Trace]:
+    """Record every communication call this process makes inside the block."""
+    record = Trace()
+
+    def listener(phase: str, event: Event) -> None:
+        if phase == "end" and not event.kind.startswith("wait("):
+            record.events.append(event)
+
+    add_listener(listener)
+    try:
+        yield record
+    finally:
+        remove_listener(listener)

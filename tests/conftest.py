@@ -1,0 +1,56 @@
+"""Shared fixtures: the repo root, and a check that no rank process outlives a test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, read from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":  # zombies are already dead
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def rank_processes() -> set[int]:
+    """Processes started for ranks: descendants of this test process, except the forkserver
+    (which multiprocessing keeps alive on purpose and which is not a rank)."""
+    procs = descendants(os.getpid())
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    return {p for p in procs if p != server and not _is_helper(p)}
+
+
+def _is_helper(pid: int) -> bool:
+    """multiprocessing's resource tracker also lives on by design."""
+    try:
+        return b"resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # already gone
+
+
+@pytest.fixture
+def no_orphans():
+    """Fail the test if any rank process is still alive after it."""
+    yield
+    left = rank_processes()
+    assert not left, f"rank processes outlived run(): {sorted(left)}"

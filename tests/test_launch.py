@@ -1,0 +1,256 @@
+"""parlab.launch.run: results, errors, hangs, interrupts, and no process left behind.
+
+Expected values come from closed forms (the sum of rank numbers is t(t-1)/2) or from the
+failure the test itself injects; every failing case also checks that no rank outlives run().
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from parlab import launch
+from parlab.launch import CollectiveMismatch, CollectiveTimeout, RankError, run
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+
+
+def rank_sum(scale, *, offset=0.0):
+    x = torch.full((3,), float(dist.get_rank()) * scale + offset)
+    dist.all_reduce(x)
+    return dist.get_rank(), dist.get_world_size(), x
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_results_come_back_in_rank_order(t):
+    out = run(rank_sum, t, 2.0, offset=1.0)
+    expected = 2.0 * t * (t - 1) / 2 + t * 1.0  # sum over r of (2r + 1)
+    assert [o[0] for o in out] == list(range(t))
+    assert all(o[1] == t for o in out)
+    for _, _, x in out:
+        torch.testing.assert_close(x, torch.full((3,), expected))
+
+
+def test_function_defined_like_a_notebook_cell():
+    cell = textwrap.dedent("""
+        import torch, torch.distributed as dist
+        def cell_fn():
+            x = torch.tensor([dist.get_rank() + 1.0])
+            dist.all_reduce(x)
+            return x.item()
+    """)
+    namespace = {"__name__": "__main__"}  # what a notebook cell defines into
+    exec(compile(cell, "<ipython-input-1>", "exec"), namespace)
+    assert run(namespace["cell_fn"], 2) == [3.0, 3.0]
+
+
+def test_each_rank_gets_its_share_of_cores():
+    for t in (1, 2, 4):
+        threads = run(torch.get_num_threads, t)
+        assert threads == [max(1, (os.cpu_count() or 1) // t)] * t
+
+
+def test_backend_is_gloo_on_cpu_and_nccl_with_enough_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert launch.pick_backend(2) == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert launch.pick_backend(4) == "nccl"
+    assert launch.pick_backend(8) == "gloo"
+    with pytest.raises(ValueError, match="needs 8 GPUs"):
+        launch.pick_backend(8, "nccl")
+    monkeypatch.undo()
+    if torch.cuda.device_count() < 2:
+        assert run(lambda: dist.get_backend(), 2) == ["gloo", "gloo"]
+
+
+def raise_on_one(bad):
+    if dist.get_rank() == bad:
+        raise ValueError(f"bad value on purpose on rank {bad}")
+    x = torch.ones(2)
+    dist.all_reduce(x)
+    return x
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback():
+    with pytest.raises(RankError) as info:
+        run(raise_on_one, 2, 1, timeout=20)
+    err = info.value
+    assert err.rank == 1 and err.exc_type == "ValueError"
+    assert "bad value on purpose on rank 1" in str(err)
+    assert "raise_on_one" in err.traceback
+    assert "rank 1 raised ValueError" in str(err)
+
+
+def skip_collective():
+    x = torch.ones(2)
+    if dist.get_rank() == 0:
+        dist.all_reduce(x)
+    return x
+
+
+def test_skipped_collective_is_a_timeout_that_says_who_waits_where():
+    start = time.monotonic()
+    with pytest.raises(CollectiveTimeout) as info:
+        run(skip_collective, 2, timeout=10)
+    assert time.monotonic() - start < 10 + 5
+    msg = str(info.value)
+    assert "rank 0: waiting in all_reduce" in msg
+    assert "rank 1: returned" in msg
+
+
+def different_collectives():
+    x = torch.ones(4)
+    if dist.get_rank() == 0:
+        dist.all_reduce(x)
+    else:
+        dist.broadcast(x, src=0)
+    return x
+
+
+def different_shapes():
+    x = torch.ones(4 if dist.get_rank() == 0 else 3)
+    dist.all_reduce(x)
+    return x
+
+
+@pytest.mark.parametrize("fn, detail", [(different_collectives, "Op type"),
+                                        (different_shapes, "shapes")])
+def test_mismatched_collectives_are_reported_never_silently_wrong(fn, detail):
+    start = time.monotonic()
+    with pytest.raises(CollectiveMismatch) as info:
+        run(fn, 2, timeout=10)
+    assert time.monotonic() - start < 10 + 5
+    assert "do not match" in str(info.value) and detail in str(info.value)
+
+
+def endless_loop():
+    if dist.get_rank() == 1:
+        while True:
+            pass
+    x = torch.ones(1)
+    dist.all_reduce(x)
+
+
+def test_endless_loop_is_stopped_by_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(CollectiveTimeout) as info:
+        run(endless_loop, 2, timeout=3)
+    assert time.monotonic() - start < 3 + 5
+    assert "rank 1: running its own code" in str(info.value)
+
+
+def hard_exit():
+    if dist.get_rank() == 1:
+        os._exit(3)
+    x = torch.ones(1)
+    dist.all_reduce(x)
+
+
+def test_a_rank_that_dies_is_reported():
+    with pytest.raises(RankError, match="rank 1 died .exit code 3"):
+        run(hard_exit, 2, timeout=20)
+
+
+def test_unpicklable_result_is_explained():
+    with pytest.raises(RankError, match="cannot be sent back"):
+        run(lambda: threading.Lock(), 2, timeout=20)
+
+
+def test_bad_arguments_are_refused_clearly():
+    with pytest.raises(ValueError, match="world_size"):
+        run(rank_sum, 0)
+    with pytest.raises(ValueError, match="timeout"):
+        run(rank_sum, 2, 1.0, timeout=-1)
+    with pytest.raises(TypeError, match="function"):
+        run("not a function", 2)
+    with pytest.raises(TypeError, match="cannot send"):
+        run(rank_sum, 2, threading.Lock())
+
+
+def block_forever():
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins: blocked inside gloo
+    time.sleep(3600)
+
+
+def test_keyboard_interrupt_kills_every_rank():
+    timer = threading.Timer(2.0, _thread.interrupt_main)  # what nbgrader's timeout sends
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run(block_forever, 2, timeout=60)
+    timer.cancel()
+    assert time.monotonic() - start < 10
+
+
+def test_concurrent_runs_do_not_collide():
+    outs, errors = {}, []
+
+    def worker(i):
+        try:
+            outs[i] = run(rank_sum, 2, float(i))
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    for i in range(4):
+        torch.testing.assert_close(outs[i][0][2], torch.full((3,), float(i)))
+
+
+@pytest.mark.slow
+def test_concurrent_runs_from_separate_processes(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch, torch.distributed as dist
+        from parlab.launch import run
+        def f():
+            x = torch.ones(1) * (dist.get_rank() + 1)
+            dist.all_reduce(x)
+            return x.item()
+        for _ in range(5):
+            assert run(f, 2) == [3.0, 3.0]
+        print("ok")
+    """))  # no __main__ guard on purpose: run() must not re-run the script in each rank
+    jobs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+            for _ in range(3)]
+    assert [j.communicate(timeout=120)[0].strip() for j in jobs] == ["ok"] * 3
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_killed_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script.write_text(textwrap.dedent(f"""
+        import os, threading, time
+        from parlab.launch import run
+        def f():
+            open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+            time.sleep(3600)
+        threading.Timer(3.0, lambda: os._exit(9)).start()  # the kernel dies mid-run
+        run(f, 2, timeout=600)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], timeout=60)
+    assert proc.returncode == 9
+    ranks = [int(p.name) for p in pids.iterdir()]
+    assert len(ranks) == 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks):
+        time.sleep(0.1)
+    assert not [p for p in ranks if os.path.exists(f"/proc/{p}")], "orphaned ranks"
