@@ -132,11 +132,24 @@ _COLLECTIVES = [
 _P2P = ["send", "recv", "isend", "irecv"]  # batch_isend_irecv calls isend/irecv
 
 
+def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """The global rank at the other end of a send/recv (empty for recv from anyone)."""
+    for key in ("dst", "src"):
+        if kwargs.get(key) is not None:
+            return (int(kwargs[key]),)
+    for key in ("group_dst", "group_src"):  # how batch_isend_irecv calls isend/irecv
+        if kwargs.get(key) is not None:
+            group = kwargs.get("group")
+            if group is None or group is dist.GroupMember.WORLD:
+                return (int(kwargs[key]),)
+            return (dist.get_global_rank(group, int(kwargs[key])),)
+    return (int(args[1]),) if len(args) > 1 and args[1] is not None else ()
+
+
 def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
     tensor, n = _payload(kind, args, kwargs)
     if kind in _P2P:
-        peer = kwargs.get("dst", kwargs.get("src", args[1] if len(args) > 1 else None))
-        ranks: tuple[int, ...] = () if peer is None else (int(peer),)
+        ranks: tuple[int, ...] = _peer(args, kwargs)
         size = 2
     else:
         ranks = _group_ranks(kwargs.get("group"))

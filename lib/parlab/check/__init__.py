@@ -1,0 +1,75 @@
+"""What notebook test cells call: compare a learner's result with a reference, and say why not.
+
+A failed check raises `CheckFailed` (an AssertionError, so nbgrader scores the cell 0) with a
+message a learner can act on: which rank, which tensor, expected against got, and the likely
+mistake. Module-specific checks live beside this file (`parlab.check.collectives`, ...);
+they run the learner's code on several ranks through `ranks()`, whose timeout is well below
+nbgrader's cell timeout, so a deadlocked answer fails its own test and the rest still grade.
+
+Tolerances: float32 results that only differ in summation order agree to about 1e-6
+relative; we allow `rtol=1e-5, atol=1e-6` unless a check states otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from parlab import launch
+
+CHECK_TIMEOUT_S = 20.0  # launcher timeout of a graded check; nbgrader's cell timeout is 60 s
+RTOL, ATOL = 1e-5, 1e-6
+
+
+class CheckFailed(AssertionError):
+    """A learner's answer disagrees with the reference; the message says how."""
+
+
+def fail(message: str, *, rank: int | None = None, hint: str | None = None) -> None:
+    where = f"rank {rank}: " if rank is not None else ""
+    text = where + message + (f"\nLikely mistake: {hint}" if hint else "")
+    raise CheckFailed(text)
+
+
+def assert_close(got: Any, expected: torch.Tensor, *, name: str, rank: int | None = None,
+                 rtol: float = RTOL, atol: float = ATOL, hint: str | None = None) -> None:
+    """Fail unless `got` is a tensor of `expected`'s shape and values (within tolerance)."""
+    if not isinstance(got, torch.Tensor):
+        fail(f"{name} should be a tensor of shape {tuple(expected.shape)}, got "
+             f"{type(got).__name__}", rank=rank, hint=hint or "return the tensor you computed")
+    if got.shape != expected.shape:
+        fail(f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}",
+             rank=rank, hint=hint)
+    got_f, exp_f = got.detach().double().cpu(), expected.detach().double().cpu()
+    bad = ~torch.isclose(got_f, exp_f, rtol=rtol, atol=atol, equal_nan=False)
+    if bool(bad.any()):
+        diff = (got_f - exp_f).abs().masked_fill(~bad, 0)
+        idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
+        fail(f"{name} differs from the reference in {int(bad.sum())} of {bad.numel()} "
+             f"entries; worst at index {idx}: expected {exp_f[idx].item():.6g}, got "
+             f"{got_f[idx].item():.6g} (tolerance rtol={rtol:g}, atol={atol:g})",
+             rank=rank, hint=hint)
+
+
+def assert_equal(got: Any, expected: Any, *, name: str, rank: int | None = None,
+                 hint: str | None = None) -> None:
+    """Exact comparison for numbers, strings and tuples."""
+    if got != expected:
+        fail(f"{name}: expected {expected!r}, got {got!r}", rank=rank, hint=hint)
+
+
+def not_reexport(fn: Callable[..., Any], *, name: str) -> None:
+    """Reject an answer that only hands back parlab's own reference implementation."""
+    target = getattr(fn, "__wrapped__", fn)
+    module = getattr(target, "__module__", "") or ""
+    if module == "parlab" or module.startswith("parlab."):
+        fail(f"{name} is {module}.{getattr(target, '__qualname__', name)}, the course's own "
+             "reference; the exercise is to write it yourself")
+
+
+def ranks(worker: Callable[..., Any], world_size: int, *args: Any,
+          timeout: float = CHECK_TIMEOUT_S, **kwargs: Any) -> list:
+    """Run a check's worker on `world_size` ranks (see parlab.launch.run)."""
+    return launch.run(worker, world_size, *args, timeout=timeout, **kwargs)

@@ -1,0 +1,108 @@
+"""parlab.comm: the tracer sees real torch.distributed calls and counts ring wire bytes.
+
+Expected bytes are written out here from the ring algorithms: an all-reduce moves each of
+its t chunks (n/t bytes) 2(t-1) times per rank; all-gather and reduce-scatter (t-1) times.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from parlab import comm
+from parlab.launch import run
+
+N = 96  # float32 elements: divisible by 1..4 and by 3, so chunks are equal
+
+
+def traced_collectives():
+    t, r = dist.get_world_size(), dist.get_rank()
+    x = torch.full((N,), float(r))
+    with comm.trace() as tr:
+        dist.all_reduce(x)
+        out = torch.empty(N * t)
+        dist.all_gather_into_tensor(out, torch.ones(N))
+        gathered = [torch.empty(N) for _ in range(t)]
+        dist.all_gather(gathered, torch.ones(N))
+        shard = torch.empty(N // t)
+        dist.reduce_scatter_tensor(shard, torch.ones(N))
+        a2a = torch.empty(N)
+        dist.all_to_all_single(a2a, torch.ones(N))
+        dist.broadcast(torch.ones(N), src=0)
+    return x, [(e.kind, e.group_size, e.nbytes, e.wire_bytes) for e in tr.events]
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_collective_bytes_follow_the_ring_formulas(t):
+    n = N * 4  # bytes of one float32 tensor of N elements
+    expected = [
+        ("all_reduce", t, n, 2 * (t - 1) * (n / t)),
+        ("all_gather_into_tensor", t, n * t, (t - 1) * n),  # full output is t*n
+        ("all_gather", t, n * t, (t - 1) * n),
+        ("reduce_scatter_tensor", t, n, (t - 1) * (n / t)),
+        ("all_to_all_single", t, n, (t - 1) * (n / t)),
+        ("broadcast", t, n, n),
+    ]
+    for x, events in run(traced_collectives, t):
+        torch.testing.assert_close(x, torch.full((N,), t * (t - 1) / 2))
+        assert [(k, g, b) for k, g, b, _ in events] == [(k, g, b) for k, g, b, _ in expected]
+        for (kind, *_, got), (_, *_, want) in zip(events, expected):
+            assert got == pytest.approx(want), kind
+
+
+def traced_point_to_point():
+    r = dist.get_rank()
+    peer = 1 - r
+    with comm.trace() as tr:
+        x = torch.ones(10)
+        if r == 0:
+            dist.send(x, dst=peer)
+        else:
+            dist.recv(x, src=peer)
+        reqs = [dist.isend(torch.ones(5), dst=peer), dist.irecv(torch.empty(5), src=peer)]
+        for q in reqs:
+            q.wait()
+        ops = [dist.P2POp(dist.isend, torch.ones(3), peer),
+               dist.P2POp(dist.irecv, torch.empty(3), peer)]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+    return [(e.kind, e.nbytes, e.wire_bytes, e.group_ranks) for e in tr.events]
+
+
+def test_point_to_point_counts_bytes_sent_not_received():
+    out = run(traced_point_to_point, 2)
+    first = ("send", 40, 40.0, (1,))
+    assert out[0][0] == first
+    assert out[1][0] == ("recv", 40, 0.0, (0,))
+    for r, events in enumerate(out):
+        peer = (1 - r,)
+        assert events[1:] == [("isend", 20, 20.0, peer), ("irecv", 20, 0.0, peer),
+                              ("isend", 12, 12.0, peer), ("irecv", 12, 0.0, peer)]
+
+
+def subgroup_and_nesting():
+    group = dist.new_group([0, 1])
+    x = torch.ones(8)
+    with comm.trace() as tr:
+        if dist.get_rank() in (0, 1):
+            dist.all_reduce(x, group=group)
+        objs = [None] * dist.get_world_size()
+        dist.all_gather_object(objs, dist.get_rank())  # calls all_gather inside: one event
+    return [(e.kind, e.group_size, e.group_ranks) for e in tr.events], objs
+
+
+def test_subgroups_and_nested_calls():
+    out = run(subgroup_and_nesting, 4)
+    for r, (events, objs) in enumerate(out):
+        assert objs == [0, 1, 2, 3]
+        kinds = [e[0] for e in events]
+        assert kinds == (["all_reduce"] if r < 2 else []) + ["all_gather_object"]
+        if r < 2:
+            assert events[0][1:] == (2, (0, 1))
+
+
+def test_trace_outside_a_process_group_records_nothing():
+    with comm.trace() as tr:
+        torch.ones(3).sum()
+    assert tr.count() == 0 and tr.wire_bytes() == 0
