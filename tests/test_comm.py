@@ -47,7 +47,7 @@ def test_collective_bytes_follow_the_ring_formulas(t):
     for x, events in run(traced_collectives, t):
         torch.testing.assert_close(x, torch.full((N,), t * (t - 1) / 2))
         assert [(k, g, b) for k, g, b, _ in events] == [(k, g, b) for k, g, b, _ in expected]
-        for (kind, *_, got), (_, *_, want) in zip(events, expected):
+        for (kind, *_, got), (_, *_, want) in zip(events, expected, strict=True):
             assert got == pytest.approx(want), kind
 
 
