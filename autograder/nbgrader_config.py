@@ -1,0 +1,66 @@
+"""nbgrader configuration for Parallelism Lab (nbgrader 0.9).
+
+nbgrader reads this file from the current directory, so every nbgrader command runs from
+autograder/ (the Makefile does `cd autograder && nbgrader ...`; `parlab.grading` passes
+`cwd=autograder/`). Tests point the same configuration at a temporary course root with
+`--CourseDirectory.root=...`, which the command line lets override what is set here.
+"""
+
+from pathlib import Path
+
+c = get_config()  # noqa: F821 -- injected by traitlets when it executes this file
+
+# The repository root, found from this file rather than the working directory, so that the
+# configuration works from any clone path and from any directory nbgrader is started in.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# --- Course layout (see DESIGN.md, "Layout") ------------------------------------------------
+# All nbgrader steps live under the repository root: solutions/, course/, and the git-ignored
+# instructor workspace (submitted/, autograded/, feedback/, gradebook.db).
+c.CourseDirectory.root = str(REPO_ROOT)
+# The nbgrader *source* (full answers and hidden tests) is solutions/<module>/<module>.ipynb.
+c.CourseDirectory.source_directory = "solutions"
+# The *release* that learners open is course/<module>/<module>.ipynb, committed to git.
+c.CourseDirectory.release_directory = "course"
+# The gradebook is sqlite at <root>/gradebook.db (git-ignored). This is nbgrader's own
+# default, derived from CourseDirectory.root when first read; we leave db_url unset on
+# purpose so that `--CourseDirectory.root=<tmp>` (tests) also moves the gradebook to
+# <tmp>/gradebook.db instead of writing test runs into the instructor's real gradebook.
+# Setting c.CourseDirectory.db_url here would pin it to the repository for every root.
+
+# Files in a module folder that are never copied into the release or into autograded
+# submissions: editor, test-runner and interpreter caches, on top of nbgrader's defaults.
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints",  # JupyterLab autosave copies (may hold answers)
+    ".virtual_documents",  # jupyterlab-lsp shadow copies (may hold answers)
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".DS_Store",
+    "feedback",  # nbgrader default: a learner's fetched feedback folder
+]
+
+# --- generate_assignment ----------------------------------------------------------------------
+# What replaces each `### BEGIN SOLUTION ... ### END SOLUTION` region in the release. It raises
+# so that an unanswered exercise fails its own test cell at once, with a message that tells a
+# learner what to do (tests/test_notebooks.py checks every graded cell fails this way).
+c.ClearSolutions.code_stub = {
+    "python": (
+        "# YOUR CODE HERE\n"
+        'raise NotImplementedError("Write your answer here, then run the test cell below.")'
+    )
+}
+# The same for written (markdown) answers.
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# --- autograde --------------------------------------------------------------------------------
+# Per-cell limit when nbgrader executes a submission; on expiry it interrupts the kernel, marks
+# the cell CellTimeoutError and grades the remaining cells. Our distributed checks use a shorter
+# launcher timeout (parlab.launch.run), so a deadlocked answer fails its own test with a readable
+# CollectiveTimeout before nbgrader steps in. nbgrader's default (30 s) is too tight for a
+# module's slowest graded cell on a 2-core machine.
+c.Execute.timeout = 60
+# Start-up of a kernel that imports torch can exceed nbclient's 60 s default on a loaded
+# 2-core grader; a kernel that fails to start loses the whole submission.
+c.Execute.startup_timeout = 120
