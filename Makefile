@@ -34,9 +34,16 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+WORKSPACE ?= workspace
 
+# JupyterLab opens on workspace/, the learner's own copy of course/: answers never dirty the
+# generated release, and a module released later is copied in without touching earlier work.
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=course $(ROOT_FLAG) $(ARGS)
+	@mkdir -p $(WORKSPACE)
+	@for d in course/*/; do m=$$(basename $$d); \
+	  [ -e $(WORKSPACE)/$$m ] || { cp -r $$d $(WORKSPACE)/$$m && echo "new in $(WORKSPACE)/: $$m"; }; \
+	done
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(WORKSPACE) $(ROOT_FLAG) $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)

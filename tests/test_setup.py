@@ -80,7 +80,7 @@ def test_make_lab_serves_jupyterlab(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents", timeout=5) as r:
             names = r.read().decode()
         for module in sorted(p.name for p in (ROOT / "course").iterdir() if p.is_dir()):
-            assert module in names, f"course/{module} is not served"
+            assert module in names, f"course/{module} is not served in workspace/"
     finally:
         _stop(proc)
     assert Path(ROOT / ".venv" / ".installed").exists()
