@@ -254,3 +254,17 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks):
         time.sleep(0.1)
     assert not [p for p in ranks if os.path.exists(f"/proc/{p}")], "orphaned ranks"
+
+
+def test_traceback_points_at_the_notebook_cell():
+    import linecache
+
+    source = "def cell_fail():\n    raise KeyError('look here')\n"
+    filename = "/tmp/ipykernel_0/cell_42.py"  # how ipykernel names a cell's code
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    with pytest.raises(RankError) as info:
+        run(namespace["cell_fail"], 2)
+    assert f'File "{filename}", line 2, in cell_fail' in info.value.traceback
+    assert "raise KeyError('look here')" in str(info.value)

@@ -9,6 +9,7 @@ while and every other rank of that call has already returned, so nobody will eve
 from __future__ import annotations
 
 import json
+import linecache
 import re
 import time
 from typing import Any
@@ -24,6 +25,45 @@ def _compact(text: str) -> str:
     return re.sub(r", TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)", "", text)
 
 
+def code_origins(*objects: Any) -> dict[str, str]:
+    """Function name -> file it was defined in, for the functions and classes shipped to
+    the ranks. cloudpickle renames their file "<dynamic-code>"; with this map a rank's
+    traceback can point at the learner's own cell again."""
+    origins: dict[str, str] = {}
+    todo = list(objects)
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, (list, tuple)):
+            todo.extend(obj)
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, type):
+            todo.extend(v for v in vars(obj).values() if callable(v) or isinstance(v, (
+                staticmethod, classmethod)))
+        elif isinstance(obj, (staticmethod, classmethod)):
+            todo.append(obj.__func__)
+        elif hasattr(obj, "__code__"):
+            codes = [obj.__code__]
+            while codes:
+                code = codes.pop()
+                origins.setdefault(code.co_name, code.co_filename)
+                codes.extend(c for c in code.co_consts if hasattr(c, "co_filename"))
+    return origins
+
+
+def relocate(tb: str, origins: dict[str, str]) -> str:
+    """Put the real file and source line back into a rank's traceback."""
+    def frame(m: re.Match) -> str:
+        line, name = int(m.group(1)), m.group(2)
+        path = origins.get(name)
+        if path is None:
+            return m.group(0)
+        text = linecache.getline(path, line).strip()
+        return f'File "{path}", line {line}, in {name}' + (f"\n    {text}" if text else "")
+
+    return re.sub(r'File "<dynamic-code>", line (\d+), in (\S+)', frame, tb)
+
+
 class RankError(RuntimeError):
     """A rank raised (or died). `.rank` names it, `.traceback` holds its traceback."""
 
@@ -34,11 +74,12 @@ class RankError(RuntimeError):
         self.reports = reports or []
 
     @classmethod
-    def from_reports(cls, reports: list[tuple], state: str) -> RankError:
+    def from_reports(cls, reports: list[tuple], state: str,
+                     origins: dict[str, str] | None = None) -> RankError:
         """Pick the root cause: a rank's own error beats its peers' broken connections."""
         own = [r for r in reports if not _is_comm_failure(r[2])]
         rank, ename, evalue, tb, _ = min(own or reports, key=lambda r: r[4])
-        evalue, tb = _compact(evalue), _compact(tb)
+        evalue, tb = _compact(evalue), relocate(_compact(tb), origins or {})
         kind = CollectiveMismatch if any(m in evalue for m in _MISMATCH) else cls
         head = (f"rank {rank} raised {ename}: {evalue}" if ename != "RankDied" else evalue)
         if kind is CollectiveMismatch:

@@ -45,7 +45,13 @@ import cloudpickle
 import torch
 
 from parlab import _rank
-from parlab._diagnose import CollectiveMismatch, CollectiveTimeout, RankError, Watch
+from parlab._diagnose import (
+    CollectiveMismatch,
+    CollectiveTimeout,
+    RankError,
+    Watch,
+    code_origins,
+)
 
 __all__ = ["run", "pick_backend", "RankError", "CollectiveTimeout", "CollectiveMismatch"]
 
@@ -140,13 +146,14 @@ def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
             lifelines.append(life_w)
             receivers.append(recv_end)
             statuses.append(status)
-        return _collect(procs, receivers, Watch(statuses, timeout))
+        origins = code_origins(fn, args, kwargs)
+        return _collect(procs, receivers, Watch(statuses, timeout), origins)
     finally:
         _shutdown(procs, lifelines)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _collect(procs: list, receivers: list, watch: Watch) -> list:
+def _collect(procs: list, receivers: list, watch: Watch, origins: dict[str, str]) -> list:
     """Wait for every rank's result; raise the first real failure."""
     results: dict[int, Any] = {}
     errors: list[tuple] = []
@@ -155,7 +162,7 @@ def _collect(procs: list, receivers: list, watch: Watch) -> list:
     while len(results) < len(procs):
         now = time.monotonic()
         if first_error_at is not None and (now - first_error_at > ERROR_GRACE_S or not pending):
-            raise RankError.from_reports(errors, watch.describe(results))
+            raise RankError.from_reports(errors, watch.describe(results), origins)
         watch.check(results, errors)  # raises CollectiveTimeout on a sure or timed-out hang
         ready = wait(pending + [p.sentinel for p in procs], timeout=0.05)
         for rank, conn in enumerate(receivers):
