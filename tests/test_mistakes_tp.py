@@ -1,0 +1,137 @@
+"""Module 02's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+A learner's notebook is rebuilt the way a kernel holds it: the solutions notebook's imports
+cell and answer cells (BEGIN/END SOLUTION lines dropped) run into one fresh module, and a
+mistake file from autograder/mistakes/02_tensor_parallel/ runs on top of them, replacing the
+names it defines, as a learner's wrong cell would. Each mistake file lists in CAUGHT_BY the
+checks that must reject it and a phrase the message must contain. The module is not in
+sys.modules, so cloudpickle ships its classes to the ranks by value, like notebook cells.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CheckFailed
+from parlab.check import tp as tpcheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "02_tensor_parallel"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+CHECKS = {
+    "check_f_g": lambda ns, t: tpcheck.check_f_g(ns.f, ns.g, world_size=t, quiet=True),
+    "check_parallel_linears": lambda ns, t: tpcheck.check_parallel_linears(
+        ns.ColumnParallelLinear, ns.RowParallelLinear, world_size=t, quiet=True),
+    "check_tp_mlp": lambda ns, t: tpcheck.check_tp_mlp(ns.TPMLP, world_size=t, quiet=True),
+    "check_row_first": lambda ns, t: tpcheck.check_row_first(ns.RowFirstMLP, world_size=t,
+                                                             quiet=True),
+    "check_tp_attention": lambda ns, t: tpcheck.check_tp_attention(ns.TPAttention,
+                                                                   world_size=t, quiet=True),
+    "check_tp_block": lambda ns, t: tpcheck.check_tp_block(ns.TPBlock, ns.layer_bytes,
+                                                           world_size=t, quiet=True),
+}
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 7, "expected the imports cell and six answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in (2, 4)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"missing_backward_allreduce", "allreduce_twice", "wrong_shard",
+                "bias_every_rank", "swapped_order"}
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_solutions_pass(check, t):
+    CHECKS[check](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check](ns, t)
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    assert "rank " in message  # every message from a rank-level comparison names the rank
+
+
+REEXPORTS = {
+    "alias": "from parlab.tp import TPMLP",
+    "subclass": """
+        import parlab.tp
+        class TPMLP(parlab.tp.TPMLP):
+            pass
+    """,
+    "wrapper": """
+        import parlab.tp
+        class TPMLP(nn.Module):
+            def __init__(self, mlp):
+                super().__init__()
+                inner = parlab.tp.TPMLP.from_mlp(mlp)
+                self.fc1, self.fc2 = inner.fc1, inner.fc2
+            def forward(self, x):
+                return self.fc2(F.gelu(self.fc1(x)))
+    """,
+    "function": """
+        from parlab.tp import copy_to_tp_region as f
+    """,
+    "wrapped_function": """
+        import parlab.tp
+        def f(x):
+            return parlab.tp.copy_to_tp_region(x)
+    """,
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    ns = learner_namespace(textwrap.dedent(REEXPORTS[how]))
+    check = "check_f_g" if "function" in how else "check_tp_mlp"
+    with pytest.raises(CheckFailed, match="the course's own reference"):
+        CHECKS[check](ns, 2)

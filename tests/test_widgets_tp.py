@@ -1,0 +1,85 @@
+"""parlab.widgets_tp without a browser: hand-derived numbers, controls that recompute, plots.
+
+Hand derivations for seed 003's practice problem (b = 1, s = h = 8192, t = 8, bf16):
+bsh = 2^26 elements = 2^27 B = 128 MiB; per layer 4 * 2 * 7/8 * 2^27 B = 7 * 2^27 B = 896 MiB,
+so 7 * 2^27 / 900e9 s over NVLink and 7 * 2^27 / 50e9 s over a 400G NIC. Compute per layer:
+3 (24 + 4) 8192^3 FLOPs = 84 * 2^39, over t = 8 ranks at 1e15 FLOP/s.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as ipw
+import matplotlib
+import pytest
+from matplotlib.figure import Figure
+
+from parlab import widgets_tp
+
+matplotlib.use("Agg")
+
+NIC = "400G NIC 50 GB/s"
+PER_LAYER = 7 * 2**27  # bytes each rank sends per layer at the practice problem's sizes
+COMPUTE = 84 * 2**39 / 8 / 1e15  # seconds per layer and rank
+
+
+def test_layer_flops_by_hand():
+    assert widgets_tp.layer_flops(1, 8192, 8192) == 84 * 2**39
+    assert widgets_tp.layer_flops(2, 4, 3) == 3 * (24 * 2 * 4 * 9 + 4 * 2 * 16 * 3)
+
+
+def test_summary_of_the_practice_problem():
+    s = widgets_tp.tp_comm_summary(1, 8192, 8192, 8, gbps=900, tflops=1000)
+    assert s["sent"] == PER_LAYER and s["sent"] / 2**20 == 896
+    assert s["comm"] == pytest.approx(PER_LAYER / 900e9)  # 1.04 ms
+    assert s["compute"] == pytest.approx(COMPUTE)  # 5.77 ms
+    assert s["ratio"] == pytest.approx(PER_LAYER / 900e9 / COMPUTE)
+    assert s["exposed_share"] == pytest.approx(s["comm"] / (s["comm"] + s["compute"]))
+    assert s["ts"] == [1, 2, 4, 8, 16, 32, 64]
+    assert s["bytes"][0] == 0 and s["comm_s"][0] == 0  # t = 1: nobody to talk to
+    assert s["bytes"][1] == pytest.approx(4 * 2 * 0.5 * 2**27)  # t = 2
+    assert s["compute_s"][-1] == pytest.approx(84 * 2**39 / 64 / 1e15)
+    assert set(s["others"]) == {k for k in widgets_tp.LINK_PRESETS_GBPS if "900" not in k}
+    assert s["others"][NIC][3] == pytest.approx(PER_LAYER / 50e9)  # t = 8 on the NIC
+
+
+def test_fp32_doubles_the_bytes():
+    bf16 = widgets_tp.tp_comm_summary(1, 1024, 1024, 4, gbps=100, tflops=100)
+    fp32 = widgets_tp.tp_comm_summary(1, 1024, 1024, 4, gbps=100, tflops=100, dtype_bytes=4)
+    assert fp32["sent"] == 2 * bf16["sent"] and fp32["compute"] == bf16["compute"]
+
+
+def test_explorer_defaults_and_preset():
+    w = widgets_tp.tp_comm_explorer()
+    assert isinstance(w, ipw.VBox) and isinstance(w.figure, Figure)
+    assert w.summary["t"] == 8 and w.summary["gbps"] == 900
+    assert "896 MiB" in w.html.value and "1.04 ms" in w.html.value
+    assert "5.77 ms" in w.html.value and "18% of compute" in w.html.value
+    w.preset.value = NIC
+    assert w.controls["gbps"].value == 50
+    assert w.summary["comm"] == pytest.approx(PER_LAYER / 50e9)
+    assert "18.8 ms" in w.html.value and "longer than compute" in w.html.value
+
+
+def test_sliders_recompute():
+    w = widgets_tp.tp_comm_explorer()
+    w.controls["t"].value = 2  # 4 * 2 * 1/2 * 2^27 B = 2^29 B = 512 MiB, compute 4x longer
+    assert w.summary["sent"] == 2**29 and "512 MiB" in w.html.value
+    assert w.summary["compute"] == pytest.approx(4 * COMPUTE)
+    w.controls["b"].value = 4  # bytes and compute both scale with b
+    assert w.summary["sent"] == 4 * 2**29
+    assert w.summary["compute"] == pytest.approx(16 * COMPUTE)
+    w.controls["dtype_bytes"].value = 4
+    assert w.summary["sent"] == 8 * 2**29
+    w.controls["gbps"].value = 123.0
+    assert w.preset.value == widgets_tp.CUSTOM
+
+
+def test_plots_are_labelled():
+    fig = widgets_tp.plot_tp_comm(widgets_tp.tp_comm_summary(1, 8192, 8192, 8, 50, 1000))
+    ax = fig.axes[0]
+    assert "tensor-parallel size t" in ax.get_xlabel() and "ms" in ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("50 GB/s" in s for s in labels) and any("compute" in s for s in labels)
+    diagram = widgets_tp.plot_mlp_sharding(4)
+    texts = {t.get_text() for t in diagram.axes[0].texts}
+    assert {"A1", "A4", "B1", "B4"} <= texts and "t = 4" in diagram.axes[0].get_title()
