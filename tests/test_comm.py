@@ -25,8 +25,10 @@ def traced_collectives():
         dist.all_gather_into_tensor(out, torch.ones(N))
         gathered = [torch.empty(N) for _ in range(t)]
         dist.all_gather(gathered, torch.ones(N))
+        dist.all_gather_single(out, torch.ones(N))
         shard = torch.empty(N // t)
         dist.reduce_scatter_tensor(shard, torch.ones(N))
+        dist.reduce_scatter_single(shard, torch.ones(N))
         a2a = torch.empty(N)
         dist.all_to_all_single(a2a, torch.ones(N))
         dist.broadcast(torch.ones(N), src=0)
@@ -40,7 +42,9 @@ def test_collective_bytes_follow_the_ring_formulas(t):
         ("all_reduce", t, n, 2 * (t - 1) * (n / t)),
         ("all_gather_into_tensor", t, n * t, (t - 1) * n),  # full output is t*n
         ("all_gather", t, n * t, (t - 1) * n),
+        ("all_gather_single", t, n * t, (t - 1) * n),
         ("reduce_scatter_tensor", t, n, (t - 1) * (n / t)),
+        ("reduce_scatter_single", t, n, (t - 1) * (n / t)),
         ("all_to_all_single", t, n, (t - 1) * (n / t)),
         ("broadcast", t, n, n),
     ]

@@ -240,11 +240,13 @@ def test_interconnect_argument_seed_000():
 
 
 def test_tp_layer_flops_per_byte_keeps_constants():
-    # fwd per rank 24 b s h^2 / t FLOPs; sent 2 * 2(t-1)/t * b s h * 2 bytes; b=s=1.
+    # fwd + bwd per rank 3 * 24 b s h^2 / t FLOPs; sent 4 * 2(t-1)/t * b s h * 2 bytes; b=s=1.
     h, t = 8192, 8
     assert costs.tp_layer_flops_per_byte(h, t) == pytest.approx(
-        (24 * h * h / t) / (2 * 2 * (t - 1) / t * h * 2))
-    assert costs.tp_layer_flops_per_byte(h, t) == pytest.approx(3 * h / 7)
+        (3 * 24 * h * h / t) / (4 * 2 * (t - 1) / t * h * 2))
+    assert costs.tp_layer_flops_per_byte(h, t) == pytest.approx(4.5 * h / 7)
+    per_layer_bytes = costs.tp_bytes_per_layer(1, 1, h, t)  # the two must agree
+    assert costs.tp_layer_flops_per_byte(h, t) == pytest.approx(72 * h * h / t / per_layer_bytes)
 
 
 def test_comm_verdict_text():

@@ -86,9 +86,9 @@ def _payload(kind: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor | None,
         full = a0 if kind == "all_gather" else a1
         if isinstance(full, (list, tuple)):
             return _first_tensor(full), sum(_nbytes(t) for t in full)
-    if kind == "all_gather_into_tensor":  # (output, input): full = output
+    if kind in ("all_gather_into_tensor", "all_gather_single"):  # (output, input): full = output
         return a0, _nbytes(a0)
-    if kind == "reduce_scatter_tensor":  # (output, input): full = input
+    if kind in ("reduce_scatter_tensor", "reduce_scatter_single"):  # (output, input): full = input
         return a1, _nbytes(a1)
     if kind in ("all_to_all", "all_to_all_single"):  # (output, input): count the input
         t = a1 if kind == "all_to_all_single" else None
@@ -104,8 +104,10 @@ _WIRE = {
     "all_reduce": "ring_allreduce_bytes",
     "all_gather": "ring_allgather_bytes",
     "all_gather_into_tensor": "ring_allgather_bytes",
+    "all_gather_single": "ring_allgather_bytes",
     "reduce_scatter": "ring_reduce_scatter_bytes",
     "reduce_scatter_tensor": "ring_reduce_scatter_bytes",
+    "reduce_scatter_single": "ring_reduce_scatter_bytes",
     "all_to_all": "all_to_all_bytes",
     "all_to_all_single": "all_to_all_bytes",
     "broadcast": "broadcast_bytes",
@@ -125,9 +127,10 @@ def wire_bytes(kind: str, nbytes: int, group_size: int) -> float:
 
 
 _COLLECTIVES = [
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce",
-    "gather", "scatter", "barrier", "all_gather_object", "broadcast_object_list",
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
+    "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "barrier",
+    "all_gather_object", "broadcast_object_list",
 ]
 _P2P = ["send", "recv", "isend", "irecv"]  # batch_isend_irecv calls isend/irecv
 

@@ -244,14 +244,16 @@ def tp_flops_per_byte(h: float) -> float:
 
 
 def tp_layer_flops_per_byte(h: int, t: int, *, dtype_bytes: int = 2) -> float:
-    r"""Per-rank FLOPs per byte sent for a TP layer, constants kept: $\frac{6H}{(t-1)d}$.
+    r"""Per-rank FLOPs per byte sent for a TP layer, constants kept: $\frac{9H}{(t-1)d}$.
 
-    Forward per rank: $24bsh^2/t$ FLOPs (QKV + out-proj 8, MLP 16; attention scores ignored);
-    sent: 2 ring all-reduces, $2 \cdot 2\frac{t-1}{t}bsh\,d$ bytes. Backward doubles both.
-    For bf16 this is $3H/(t-1)$: 0.43 H at t = 8, so the seed's "≈ H" is optimistic.
+    Forward per rank: $24bsh^2/t$ FLOPs (QKV + out-proj 8, MLP 16; attention scores ignored),
+    backward twice that: $72bsh^2/t$ in all. Sent: the four ring all-reduces of
+    `tp_bytes_per_layer` (g twice in forward, f twice in backward), $4 \cdot 2\frac{t-1}{t}
+    bsh\,d$ bytes. For bf16 this is $4.5H/(t-1)$: 0.64 H at t = 8, so the seed's "≈ H" is
+    optimistic by about 1.6x.
     """
     h, t, d = _count("h", h), _count("t", t, minimum=2), _count("dtype_bytes", dtype_bytes)
-    return 6 * h / ((t - 1) * d)
+    return 9 * h / ((t - 1) * d)
 
 
 def dp_flops_per_byte(n_tokens: float) -> float:
