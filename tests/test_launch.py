@@ -243,7 +243,11 @@ def test_ranks_die_with_a_killed_parent(tmp_path):
         def f():
             open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
             time.sleep(3600)
-        threading.Timer(3.0, lambda: os._exit(9)).start()  # the kernel dies mid-run
+        def die_once_ranks_run():  # the kernel dies mid-run
+            while len(os.listdir({str(pids)!r})) < 2:
+                time.sleep(0.05)
+            os._exit(9)
+        threading.Thread(target=die_once_ranks_run, daemon=True).start()
         run(f, 2, timeout=600)
     """))
     proc = subprocess.run([sys.executable, str(script)], timeout=60)
@@ -268,3 +272,14 @@ def test_traceback_points_at_the_notebook_cell():
         run(namespace["cell_fail"], 2)
     assert f'File "{filename}", line 2, in cell_fail' in info.value.traceback
     assert "raise KeyError('look here')" in str(info.value)
+
+
+@pytest.mark.slow
+def test_start_up_is_not_counted_in_the_timeout(tmp_path, monkeypatch):
+    (tmp_path / "slow_to_import.py").write_text(
+        "import time\ntime.sleep(3)  # a heavy module import in every rank\n"
+        "def answer():\n    return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slow_to_import  # noqa: PLC0415 - the parent imports it too, by reference
+
+    assert run(slow_to_import.answer, 2, timeout=1) == [42, 42]

@@ -14,6 +14,8 @@ import re
 import time
 from typing import Any
 
+STARTUP_S = 60.0  # joining the group and unpickling fn (which imports its module) is not
+# counted in `timeout`; it has a bound of its own
 SURE_HANG_S = 1.0  # a call that waits this long for ranks that have all returned is a hang
 _COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
                  "ECONNRESET", "Socket closed", "Connection refused")
@@ -118,6 +120,7 @@ class Watch:
     def __init__(self, statuses: list[Any], timeout: float) -> None:
         self.statuses, self.timeout = statuses, timeout
         self.started = time.monotonic()
+        self.all_running_at: float | None = None  # when the last rank started running fn
 
     def state(self, rank: int) -> dict:
         raw = bytes(self.statuses[rank].raw).split(b"\0", 1)[0]
@@ -164,7 +167,16 @@ class Watch:
     def check(self, results: dict[int, Any], errors: list) -> None:
         if errors:
             return
-        elapsed = time.monotonic() - self.started
+        now = time.monotonic()
+        if self.all_running_at is None:
+            if all(self.state(r).get("state") != "starting" for r in range(len(self.statuses))):
+                self.all_running_at = now
+            elif now - self.started > STARTUP_S:
+                self._raise(now - self.started, f"the ranks did not start within {STARTUP_S:g} s "
+                            "(joining the process group and importing the function's module)",
+                            results)
+            return
+        elapsed = now - self.all_running_at
         reason = self._sure_hang(results)
         if reason is None and elapsed <= self.timeout:
             return
@@ -172,6 +184,9 @@ class Watch:
             reason = (f"no result within timeout={self.timeout:g} s. Likely causes: ranks "
                       "that wait for each other (a collective or a recv that some rank never "
                       "reaches), or an endless loop")
+        self._raise(elapsed, reason, results)
+
+    def _raise(self, elapsed: float, reason: str, results: dict[int, Any]) -> None:
         states = {r: self.state(r) for r in range(len(self.statuses))}
         raise CollectiveTimeout(f"run() stopped after {elapsed:.1f} s: {reason}.\n"
                                 f"What each rank was doing:\n{self.describe(results)}",
