@@ -1,0 +1,155 @@
+"""Module 03's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+As in tests/test_mistakes_tp.py: the solutions notebook's imports cell and answer cells
+(BEGIN/END SOLUTION lines dropped) run into one fresh module, not in sys.modules, so
+cloudpickle ships its classes to the ranks by value, like notebook cells; a mistake file from
+autograder/mistakes/03_sequence_parallel/ runs on top, replacing what it defines. Each mistake
+file lists in CAUGHT_BY the checks that must reject it and a phrase the message must contain.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CheckFailed
+from parlab.check import sp as spcheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "03_sequence_parallel" / "03_sequence_parallel.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "03_sequence_parallel"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+CHECKS = {
+    "check_sp_pair": lambda ns, t: spcheck.check_sp_pair(ns.gather_seq, ns.reduce_scatter_seq,
+                                                         world_size=t, quiet=True),
+    "check_sp_dropout": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
+                                                               quiet=True),
+    "check_sp_block": lambda ns, t: spcheck.check_sp_block(ns.SPBlock, world_size=t, quiet=True),
+    "check_sp_bytes": lambda ns, t: spcheck.check_sp_bytes(ns.SPBlock, ns.sp_layer_bytes,
+                                                           world_size=t, quiet=True),
+    "check_saved_bytes": lambda ns, t: spcheck.check_saved_bytes(ns.saved_bytes, world_size=t,
+                                                                 quiet=True),
+}
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_sp_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 6, "expected the imports cell and five answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in (2, 4)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank"}  # issue 6
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_solutions_pass(check, t):
+    CHECKS[check](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check](ns, t)
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    assert "rank " in message  # every message from a rank-level comparison names the rank
+
+
+REEXPORTS = {  # how an answer could hand back parlab's own code -> the check that must refuse
+    "alias_block": ("from parlab.sp_block import SPBlock", "check_sp_block"),
+    "subclass_block": ("""
+        import parlab.sp_block
+        class SPBlock(parlab.sp_block.SPBlock):
+            pass
+    """, "check_sp_block"),
+    "wrapped_block": ("""
+        import parlab.sp_block
+        class SPBlock(nn.Module):
+            def __init__(self, block):
+                super().__init__()
+                self.inner = parlab.sp_block.SPBlock.from_block(block)
+                for name in ("ln1", "ln2", "qkv", "proj", "fc1", "fc2"):
+                    setattr(self, name, getattr(self.inner, name))
+            def forward(self, x, generator):
+                return self.inner(x, generator)
+            def reduce_replicated_grads(self):
+                self.inner.allreduce_sequence_parallel_grads()
+    """, "check_sp_block"),
+    "alias_gather": ("from parlab.sp import gather_from_sequence_parallel_region as gather_seq",
+                     "check_sp_pair"),
+    "wrapped_gather": ("""
+        import parlab.sp
+        def all_gather_sequence(x):
+            return parlab.sp.gather_from_sequence_parallel_region(x)
+    """, "check_sp_pair"),
+    "wrapped_dropout": ("""
+        import parlab.sp
+        def sp_dropout(x, p, generator):
+            return parlab.sp.sequence_parallel_dropout(x, p=p, generator=generator)
+    """, "check_sp_dropout"),
+    "wrapped_grads": ("""
+        import parlab.sp
+        def reduce_replicated_grads(self):
+            parlab.sp.allreduce_sequence_parallel_grads(
+                [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias, self.fc2.bias])
+        SPBlock.reduce_replicated_grads = reduce_replicated_grads
+    """, "check_sp_block"),
+    "alias_saved_bytes": ("from parlab.activations import saved_tensor_bytes as saved_bytes",
+                          "check_saved_bytes"),
+    "wrapped_saved_bytes": ("""
+        import parlab.activations
+        def saved_bytes(fn, *args, exclude=()):
+            return parlab.activations.saved_tensor_bytes(fn, *args, exclude=exclude)
+    """, "check_saved_bytes"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    source, check = REEXPORTS[how]
+    ns = learner_namespace(textwrap.dedent(source))
+    with pytest.raises(CheckFailed, match="the course's own reference"):
+        CHECKS[check](ns, 2)
