@@ -1,0 +1,129 @@
+"""Module 01's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+As in tests/test_mistakes_sp.py: the solutions notebook's imports cell and answer cells
+(BEGIN/END SOLUTION lines dropped) run into one fresh module, not in sys.modules, so
+cloudpickle ships its classes to the ranks by value, like notebook cells; a mistake file from
+autograder/mistakes/01_memory_and_sharding/ runs on top, replacing what it defines.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CheckFailed
+from parlab.check import fsdp as fsdpcheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "01_memory_and_sharding" / "01_memory_and_sharding.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "01_memory_and_sharding"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+CHECKS = {
+    "check_state_bytes": lambda ns, t: fsdpcheck.check_state_bytes(ns.state_bytes, ns.practice,
+                                                                   quiet=True),
+    "check_fsdp_layer": lambda ns, t: fsdpcheck.check_fsdp_layer(ns.FSDPLinear, world_size=t,
+                                                                 quiet=True),
+    "check_reshard_plan": lambda ns, t: fsdpcheck.check_reshard_plan(ns.plan_reshard,
+                                                                     quiet=True),
+}
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_fsdp_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 4, "expected the imports cell and three answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in (2, 4)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"grads_allreduced", "gathered_weight_kept", "shard_wrong_offset"}  # issue 9
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_solutions_pass(check, t):
+    CHECKS[check](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check](ns, t)
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    assert "rank " in message
+
+
+REEXPORTS = {
+    "alias_layer": ("from parlab.fsdp import FSDPLinear", "check_fsdp_layer"),
+    "subclass_layer": ("""
+        import parlab.fsdp
+        class FSDPLinear(parlab.fsdp.FSDPLinear):
+            pass
+    """, "check_fsdp_layer"),
+    "wrapped_layer": ("""
+        import parlab.fsdp
+        class FSDPLinear(nn.Module):
+            def __init__(self, linear):
+                super().__init__()
+                self.inner = parlab.fsdp.FSDPLinear.from_linear(linear)
+            def forward(self, x):
+                return self.inner(x)
+    """, "check_fsdp_layer"),
+    "wrapped_shard": ("""
+        import parlab.fsdp
+        def take_shard(flat, rank, t):
+            return parlab.fsdp.take_shard(flat, rank, t)
+    """, "check_fsdp_layer"),
+    "alias_plan": ("from parlab.fsdp import plan_reshard", "check_reshard_plan"),
+    "alias_state": ("from parlab.costs import training_state_bytes as state_bytes",
+                    "check_state_bytes"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    source, check = REEXPORTS[how]
+    ns = learner_namespace(textwrap.dedent(source))
+    with pytest.raises(CheckFailed, match="the course's own reference"):
+        CHECKS[check](ns, 2)
