@@ -1,0 +1,337 @@
+"""parlab.cp, cp_layout, cp_ring, cp_measure: context parallelism against independent references.
+
+References: torch's own scaled_dot_product_attention (with a boolean mask built in the test
+from positions), torch.logsumexp of scores computed here, autograd through SDPA, and layouts
+and work counts written out by hand. Float64 wherever equality up to rounding is meant
+(rtol 1e-10: blocking only reorders sums); float32 with large scores against a float64
+reference at rtol 1e-4 (exp amplifies the rounding of scores near 200).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from parlab import comm, cp, cp_layout, cp_measure, cp_ring
+from parlab.check import CheckFailed
+from parlab.launch import run
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
+pytestmark = pytest.mark.usefixtures("no_orphans")
+F64 = {"rtol": 1e-10, "atol": 1e-12}
+LAYOUTS = ("contiguous", "striped", "zigzag")
+
+
+def _randn(*shape, seed=0, dtype=torch.float64, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen, dtype=torch.float64).mul(scale).to(dtype)
+
+
+def _sdpa(q, k, v, q_pos, k_pos, causal):
+    """torch's attention with the mask of global positions (key j visible iff k_pos[j] <=
+    q_pos[i]); lse from torch.logsumexp of the same masked scores."""
+    mask = (k_pos[None, :] <= q_pos[:, None]) if causal else None
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(~mask, float("-inf"))
+    return out, torch.logsumexp(s, dim=-1)
+
+
+# --- block attention and the merge -------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_attention_matches_torch(causal):
+    q, k, v = (_randn(2, 3, n, 8, seed=i) for i, n in enumerate((5, 7, 7)))
+    q_pos, k_pos = torch.tensor([3, 9, 4, 12, 6]), torch.tensor([0, 2, 4, 6, 8, 10, 12])
+    out, lse = cp.block_attention(q, k, v, q_pos, k_pos, causal=causal)
+    want_out, want_lse = _sdpa(q, k, v, q_pos, k_pos, causal)
+    torch.testing.assert_close(out, want_out, **F64)
+    torch.testing.assert_close(lse, want_lse, **F64)
+
+
+def test_fully_masked_rows_give_zero_and_minus_infinity():
+    q, k, v = (_randn(1, 2, 3, 4, seed=i) for i in range(3))
+    out, lse = cp.block_attention(q, k, v, torch.tensor([0, 1, 5]), torch.tensor([2, 3, 4]),
+                                  causal=True)
+    assert torch.equal(out[..., :2, :], torch.zeros(1, 2, 2, 4, dtype=torch.float64))
+    assert torch.isneginf(lse[..., :2]).all() and torch.isfinite(lse[..., 2]).all()
+    assert not torch.isnan(out).any()
+
+
+def test_block_attention_keeps_float32_partials_for_bf16_inputs():
+    q, k, v = (_randn(1, 1, 4, 8, seed=i, dtype=torch.bfloat16) for i in range(3))
+    out, lse = cp.block_attention(q, k, v, torch.arange(4), torch.arange(4), causal=True)
+    assert out.dtype == lse.dtype == torch.float32
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_merging_any_split_in_any_order_is_exact(causal):
+    q, k, v = _randn(1, 2, 6, 8, seed=1), _randn(1, 2, 20, 8, seed=2), _randn(1, 2, 20, 8, seed=3)
+    q_pos, k_pos = torch.tensor([0, 3, 7, 11, 15, 19]), torch.arange(20)
+    want_out, want_lse = _sdpa(q, k, v, q_pos, k_pos, causal)
+    blocks = [torch.tensor(b) for b in ([17, 2, 9], [0, 1], [19, 18, 16, 15], [3, 4, 5, 6, 7, 8],
+                                        [10, 11, 12, 13, 14])]  # [15..19] masked for most rows
+    acc = cp.empty_partial(q)
+    for b in blocks:
+        acc = cp.merge_partials(*acc, *cp.block_attention(q, k[..., b, :], v[..., b, :], q_pos, b,
+                                                          causal=causal))
+    torch.testing.assert_close(acc[0], want_out, **F64)
+    torch.testing.assert_close(acc[1], want_lse, **F64)
+
+
+def test_merging_two_fully_masked_blocks_gives_the_empty_partial():
+    q = _randn(1, 1, 2, 4)
+    a, b = cp.empty_partial(q), cp.empty_partial(q)
+    out, lse = cp.merge_partials(*a, *b)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+def test_merge_in_float32_survives_scores_past_the_exp_limit():
+    q = _randn(1, 2, 6, 8, seed=4, dtype=torch.float32, scale=60.0)
+    k, v = _randn(1, 2, 16, 8, seed=5, dtype=torch.float32), _randn(1, 2, 16, 8, seed=6,
+                                                                    dtype=torch.float32)
+    pos = torch.arange(16)
+    parts = [cp.block_attention(q, k[..., b, :], v[..., b, :], pos[:6], b, causal=False)
+             for b in (pos[:8], pos[8:])]
+    assert float(torch.stack([p[1] for p in parts]).max()) > math.log(torch.finfo().max)
+    out, lse = cp.merge_partials(*parts[0], *parts[1])
+    want_out, want_lse = _sdpa(q.double(), k.double(), v.double(), pos[:6], pos, False)
+    torch.testing.assert_close(out.double(), want_out, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_backward_sums_to_autograd(causal):
+    q, k, v, dout = (_randn(1, 2, 12, 8, seed=10 + i) for i in range(4))
+    pos = torch.arange(12)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    (out * dout).sum().backward()
+    _, lse = _sdpa(q, k, v, pos, pos, causal)
+    dq = torch.zeros_like(q)
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
+    for b in (pos[:5], pos[5:9], pos[9:]):
+        dq_b, dk_b, dv_b = cp.block_attention_backward(q, k[..., b, :], v[..., b, :],
+                                                       out.detach(), lse, dout, pos, b,
+                                                       causal=causal)
+        dq += dq_b
+        dk[..., b, :] += dk_b
+        dv[..., b, :] += dv_b
+    for got, leaf in zip((dq, dk, dv), leaves, strict=True):
+        torch.testing.assert_close(got, leaf.grad, **F64)
+
+
+def test_watch_blocks_counts_unmasked_entries_and_takes_keywords():
+    q, k, v = (_randn(1, 1, 4, 4, seed=i) for i in range(3))
+    with cp.watch_blocks() as records:
+        cp.block_attention(q, k, v, q_pos=torch.arange(4), k_pos=torch.arange(4), causal=True)
+        cp.block_attention(q, k, v, torch.arange(4), torch.arange(4, 8), causal=False)
+    assert [r["unmasked"] for r in records] == [10, 16]  # 1 + 2 + 3 + 4; a full 4 x 4 block
+    assert all(r["end"] >= r["start"] for r in records)
+
+
+def test_guard_refuses_the_references_and_lifts():
+    q = _randn(1, 1, 2, 4)
+    with cp.guard(("cp.merge_partials", "cp_layout.layout_positions")):
+        with pytest.raises(CheckFailed, match="course's own reference"):
+            cp.merge_partials(*cp.empty_partial(q), *cp.empty_partial(q))
+        with pytest.raises(CheckFailed):
+            cp_layout.layout_positions("striped", 0, 2, 8)
+    cp_layout.layout_positions("striped", 0, 2, 8)
+
+
+# --- layouts and work --------------------------------------------------------------------------
+
+def test_layouts_by_hand():
+    table = {lay: cp_layout.position_table(lay, 4, 16).tolist() for lay in LAYOUTS}
+    assert table["contiguous"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    assert table["striped"] == [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
+    assert table["zigzag"] == [[0, 1, 14, 15], [2, 3, 12, 13], [4, 5, 10, 11], [6, 7, 8, 9]]
+    with pytest.raises(ValueError, match="divisible by 8"):
+        cp_layout.position_table("zigzag", 4, 12)
+    with pytest.raises(ValueError, match="layout must be one of"):
+        cp_layout.layout_positions("diagonal", 0, 2, 8)
+
+
+@pytest.mark.parametrize("world, n", [(2, 4), (3, 6), (4, 8), (8, 16)])
+def test_causal_work_closed_forms(world, n):
+    m, seq = n // 2, world * n
+    assert cp_layout.causal_work(cp_layout.position_table("contiguous", world, seq)) == [
+        r * n * n + n * (n + 1) // 2 for r in range(world)]
+    assert cp_layout.causal_work(cp_layout.position_table("striped", world, seq)) == [
+        n * (r + 1) + world * n * (n - 1) // 2 for r in range(world)]
+    assert cp_layout.causal_work(cp_layout.position_table("zigzag", world, seq)) == [
+        (2 * world - 1) * m * m + m * (m + 1)] * world
+
+
+def test_step_work_and_pace_by_hand():
+    world, n = 4, 8
+    contiguous = cp_layout.step_work(cp_layout.position_table("contiguous", world, world * n))
+    want = [[n * (n + 1) // 2 if s == 0 else (n * n if s <= r else 0) for s in range(world)]
+            for r in range(world)]  # block (r - s) % W is in the past iff s <= r
+    assert contiguous.tolist() == want
+    assert cp_layout.ring_pace(contiguous) == n * (n + 1) // 2 + (world - 1) * n * n
+    zigzag = cp_layout.step_work(cp_layout.position_table("zigzag", world, world * n))
+    assert (zigzag[:, 1:] == n * n // 2).all()  # every later step: exactly half a block
+    assert zigzag.sum(1).tolist() == cp_layout.causal_work(
+        cp_layout.position_table("zigzag", world, world * n))
+    plain = cp_layout.step_work(cp_layout.position_table("striped", world, world * n),
+                                causal=False)
+    assert (plain == n * n).all()
+
+
+def test_hiding_threshold_by_hand():
+    # n >= F d / (2 beta): 1e15 * 2 / (2 * 450e9) = 2222.2 tokens; half-masked blocks double it
+    assert cp_layout.min_hiding_block(1e15, 450e9, 2) == pytest.approx(1e15 / 450e9)
+    assert cp_layout.min_hiding_block(1e15, 50e9, 2, causal_share=0.5) == pytest.approx(40000)
+    assert cp_layout.block_flops(16, 8, heads=2) == 4 * 2 * 16 * 16 * 8
+    assert cp_layout.block_bytes(16, 8, heads=2, dtype_bytes=2) == 2 * 2 * 16 * 8 * 2
+    n = cp_layout.min_hiding_block(1e15, 450e9, 2)  # compute time == transfer time there
+    assert cp_layout.block_flops(n, 128) / 1e15 == pytest.approx(
+        cp_layout.block_bytes(n, 128) / 450e9)
+    with pytest.raises(ValueError):
+        cp_layout.min_hiding_block(1e15, 0, 2)
+
+
+# --- the ring ------------------------------------------------------------------------------------
+
+def _ring_worker(q, k, v, dout, layout, causal):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    pos = cp_layout.position_table(layout, world, q.shape[-2])
+    mine = pos[rank]
+    leaves = [x[..., mine, :].clone().requires_grad_() for x in (q, k, v)]
+    with comm.trace() as tr:
+        out = cp_ring.ring_attention(*leaves, pos, causal=causal)
+    with comm.trace() as back:
+        (out * dout[..., mine, :]).sum().backward()
+    waited, lse = cp_ring.ring_attention_forward(*(x.detach() for x in leaves), pos,
+                                                 causal=causal, overlap=False)
+    return {"out": out.detach(), "grads": [x.grad for x in leaves], "lse": lse,
+            "waited": waited, "fwd": [(e.kind, e.group_ranks, e.nbytes) for e in tr.events],
+            "bwd": [(e.kind, e.group_ranks, e.nbytes) for e in back.events]}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_ring_matches_torch_forward_and_backward(world, layout, causal):
+    seq = 4 * world
+    q, k, v, dout = (_randn(1, 2, seq, 8, seed=20 + i) for i in range(4))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    want = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    (want * dout).sum().backward()
+    pos = torch.arange(seq)
+    _, want_lse = _sdpa(q, k, v, pos, pos, causal)
+    table = cp_layout.position_table(layout, world, seq)
+    block = 1 * 2 * (seq // world) * 8 * 8  # bytes of one K (or V) block, float64
+    for rank, res in enumerate(run(_ring_worker, world, q, k, v, dout, layout, causal)):
+        mine = table[rank]
+        torch.testing.assert_close(res["out"], want.detach()[..., mine, :], **F64)
+        torch.testing.assert_close(res["waited"], want.detach()[..., mine, :], **F64)
+        torch.testing.assert_close(res["lse"], want_lse[..., mine], **F64)
+        for got, leaf in zip(res["grads"], leaves, strict=True):
+            torch.testing.assert_close(got, leaf.grad[..., mine, :], **F64)
+        right, left = (rank + 1) % world, (rank - 1) % world
+        assert {(kind, peer) for kind, peer, _ in res["fwd"]} == {("isend", (right,)),
+                                                                  ("irecv", (left,))}
+        sends = [n for kind, _, n in res["fwd"] if kind == "isend"]
+        assert sum(sends) == 2 * (world - 1) * block  # K and V, W - 1 hops
+        back = [n for kind, _, n in res["bwd"] if kind == "isend"]
+        assert sum(back) == 2 * (world - 1) * block + 2 * world * block  # + dK, dV: W hops
+
+
+def _overlap_worker(overlap):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seq = 4 * world
+    q, k, v = (_randn(1, 1, seq, 4, seed=i)[..., 4 * rank:4 * rank + 4, :] for i in range(3))
+    events = []
+
+    def hear(phase, event):
+        if phase == "start" and event.kind in ("irecv", "wait(irecv)"):
+            events.append(event.kind)
+
+    comm.add_listener(hear)
+    try:
+        with cp.watch_blocks(lambda phase, rec: events.append("compute")
+                             if phase == "start" else None):
+            cp_ring.ring_attention_forward(q, k, v, cp_layout.position_table(
+                "contiguous", world, seq), causal=False, overlap=overlap)
+    finally:
+        comm.remove_listener(hear)
+    in_flight, flying = [], 0
+    for kind in events:
+        flying += {"irecv": 1, "wait(irecv)": -1}.get(kind, 0)
+        if kind == "compute":
+            in_flight.append(flying > 0)
+    return in_flight
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_each_block_computes_while_the_next_flies(world):
+    for in_flight in run(_overlap_worker, world, True):
+        assert in_flight == [True] * (world - 1) + [False]  # the last step receives nothing
+    for in_flight in run(_overlap_worker, world, False):
+        assert in_flight == [False] * world
+
+
+def _subgroup_worker(q, k, v):
+    rank = dist.get_rank()
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    group = groups[rank // 2]
+    pos = cp_layout.position_table("zigzag", 2, q.shape[-2])
+    mine = pos[rank % 2]
+    out, _ = cp_ring.ring_attention_forward(q[..., mine, :], k[..., mine, :], v[..., mine, :],
+                                            pos, causal=True, group=group)
+    return out
+
+
+def test_ring_runs_inside_a_process_group():
+    q, k, v = (_randn(1, 2, 8, 4, seed=30 + i) for i in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    pos = cp_layout.position_table("zigzag", 2, 8)
+    for rank, out in enumerate(run(_subgroup_worker, 4, q, k, v)):
+        torch.testing.assert_close(out, want[..., pos[rank % 2], :], **F64)
+
+
+# --- measurements --------------------------------------------------------------------------------
+
+def test_measured_work_is_the_closed_form():
+    world, seq = 4, 32
+    measured = cp_measure.measure_work(world_size=world, seq_len=seq)
+    n = seq // world
+    assert measured["contiguous"]["per_rank"].tolist() == [r * n * n + n * (n + 1) // 2
+                                                           for r in range(world)]
+    assert measured["zigzag"]["per_rank"].tolist() == [(2 * world - 1) * 16 + 4 * 5] * world
+    assert measured["contiguous"]["steps"].tolist() == [  # [rank, step]: skipped blocks count 0
+        [n * (n + 1) // 2 if s == 0 else (n * n if s <= r else 0) for s in range(world)]
+        for r in range(world)]
+    for m in measured.values():
+        assert m["error"] < 1e-12
+        assert m["steps"].sum(1).tolist() == m["per_rank"].tolist()
+
+
+def test_overlap_measurement_structure_and_sleep_bounds():
+    # Only lower bounds, which the sleeps guarantee: no wall-time ceiling in a unit test.
+    cost, link, world = 0.02, 0.01, 2
+    result = cp_measure.measure_overlap(world_size=world, tokens=256, block_cost=cost,
+                                        link_time=link, repeats=1)
+    assert result["cost_s"] == cost and result["link_s"] == link
+    assert result["compute_s"] == pytest.approx(world * cost)
+    assert result["model"]["waits first"] == pytest.approx(world * cost + (world - 1) * link)
+    assert result["bytes"] == 2 * 1 * 4 * 256 * 64 * 4  # K and V, (1, 4, 256, 64) float32
+    assert result["transfer_s"] > 0
+    assert result["best"]["overlapped"] >= world * cost
+    assert result["best"]["waits first"] >= world * cost + (world - 1) * link
+    for mode in ("overlapped", "waits first"):
+        for events in result["timelines"][mode]:
+            computes = [e for e in events if e[0] == "compute"]
+            transfers = [e for e in events if e[0] == "transfer"]
+            assert len(computes) == world and all(e - s >= cost for _, s, e in computes)
+            assert len(transfers) == world - 1 and all(e - s >= link for _, s, e in transfers)

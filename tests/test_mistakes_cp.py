@@ -1,0 +1,162 @@
+"""Module 05's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+A learner's notebook is rebuilt the way a kernel holds it: the solutions notebook's imports
+cell and answer cells (BEGIN/END SOLUTION lines dropped) run into one fresh module, and a
+mistake file from autograder/mistakes/05_context_parallel/ runs on top of them, replacing the
+names it defines, as a learner's wrong cell would. Each mistake file lists in CAUGHT_BY the
+checks that must reject it and a phrase the message must contain. The module is not in
+sys.modules, so cloudpickle ships its functions to the ranks by value, like notebook cells.
+
+The rank checks run with a 5 s launcher timeout here, so the deadlock costs 5 s, not 20; one
+slow test runs the deadlock under the checks' own default timeout.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CHECK_TIMEOUT_S, CheckFailed
+from parlab.check import cp as cpcheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "05_context_parallel" / "05_context_parallel.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "05_context_parallel"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+TIMEOUT = 5.0
+CHECKS = {  # name -> (check(ns, t), launches ranks?)
+    "check_merge": (lambda ns, t: cpcheck.check_merge(ns.merge, quiet=True), False),
+    "check_ring_forward": (lambda ns, t: cpcheck.check_ring_forward(
+        ns.ring_attention, world_size=t, timeout=TIMEOUT, quiet=True), True),
+    "check_ring_backward": (lambda ns, t: cpcheck.check_ring_backward(
+        ns.ring_attention_backward, world_size=t, timeout=TIMEOUT, quiet=True), True),
+    "check_layouts": (lambda ns, t: cpcheck.check_layouts(
+        ns.layout_positions, world_size=t, timeout=TIMEOUT, quiet=True), True),
+}
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 5, "expected the imports cell and four answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+def _sizes(check: str) -> tuple[int, ...]:
+    return (2, 4) if CHECKS[check][1] else (2,)
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in _sizes(check)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block", "recv_before_send"}
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("check, t", [(c, t) for c in sorted(CHECKS) for t in _sizes(c)])
+def test_solutions_pass(check, t):
+    CHECKS[check][0](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    start = time.monotonic()
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check][0](ns, t)
+    took = time.monotonic() - start
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    if CHECKS[check][1] and "did not finish" not in message:
+        assert "rank " in message  # a rank-level comparison names the rank
+    assert took < TIMEOUT + 10, f"{path.name} took {took:.1f} s to be caught"
+
+
+@pytest.mark.slow
+def test_deadlock_is_caught_within_the_checks_own_timeout():
+    ns = learner_namespace((MISTAKES / "recv_before_send.py").read_text())
+    start = time.monotonic()
+    with pytest.raises(CheckFailed, match="A blocking dist.recv") as info:
+        cpcheck.check_ring_forward(ns.ring_attention, world_size=2, quiet=True)
+    took = time.monotonic() - start
+    assert f"within {CHECK_TIMEOUT_S:g} s" in str(info.value)
+    assert took < CHECK_TIMEOUT_S + 10 < 60, f"took {took:.1f} s (nbgrader's cell limit: 60 s)"
+
+
+REEXPORTS = {
+    "merge_alias": ("check_merge", "from parlab.cp import merge_partials as merge"),
+    "merge_wrapper": ("check_merge", """
+        import parlab.cp
+        def merge(out_a, lse_a, out_b, lse_b):
+            return parlab.cp.merge_partials(out_a, lse_a, out_b, lse_b)
+    """),
+    "ring_alias": ("check_ring_forward",
+                   "from parlab.cp_ring import ring_attention_forward as ring_attention"),
+    "ring_wrapper": ("check_ring_forward", """
+        import parlab.cp_ring
+        def ring_attention(q, k, v, pos, *, causal):
+            return parlab.cp_ring.ring_attention_forward(q, k, v, pos, causal=causal)
+    """),
+    "ring_function_wrapper": ("check_ring_forward", """
+        from parlab.cp_ring import RingAttention
+        def ring_attention(q, k, v, pos, *, causal):
+            out = RingAttention.apply(q, k, v, pos, causal)
+            return out, torch.zeros(q.shape[:-1])
+    """),
+    "backward_wrapper": ("check_ring_backward", """
+        from parlab.cp_ring import ring_attention_backward as reference_backward
+        def ring_attention_backward(q, k, v, out, lse, dout, pos, *, causal):
+            return reference_backward(q, k, v, out, lse, dout, pos, causal=causal)
+    """),
+    "layout_alias": ("check_layouts", "from parlab.cp_layout import layout_positions"),
+    "layout_wrapper": ("check_layouts", """
+        import parlab.cp_layout
+        def layout_positions(layout, rank, world_size, seq_len):
+            return parlab.cp_layout.layout_positions(layout, rank, world_size, seq_len)
+    """),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    check, source = REEXPORTS[how]
+    ns = learner_namespace(textwrap.dedent(source))
+    with pytest.raises(CheckFailed, match="the course's own reference"):
+        CHECKS[check][0](ns, 2)
