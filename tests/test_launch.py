@@ -283,3 +283,32 @@ def test_start_up_is_not_counted_in_the_timeout(tmp_path, monkeypatch):
     import slow_to_import  # noqa: PLC0415 - the parent imports it too, by reference
 
     assert run(slow_to_import.answer, 2, timeout=1) == [42, 42]
+
+
+def both_receive_first():
+    r = dist.get_rank()
+    x = torch.zeros(4)
+    dist.recv(x, src=1 - r)  # each rank waits for the other's send: nobody sends
+    dist.send(x, dst=1 - r)
+
+
+def test_receive_cycle_is_a_deadlock_found_before_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(CollectiveTimeout, match=r"deadlock: ranks (0 -> 1 -> 0|1 -> 0 -> 1)"):
+        run(both_receive_first, 2, timeout=30)
+    assert time.monotonic() - start < 15
+
+
+def ring_with_posted_sends():
+    r, t = dist.get_rank(), dist.get_world_size()
+    out = torch.full((3,), float(r))
+    sending = dist.isend(out, dst=(r + 1) % t)  # posted before the blocking recv
+    time.sleep(4 if r == 0 else 0)  # rank 0 is slow; its peers sit in recv meanwhile
+    got = torch.empty(3)
+    dist.recv(got, src=(r - 1) % t)
+    sending.wait()
+    return got[0].item()
+
+
+def test_slow_but_correct_ring_is_not_called_a_deadlock():
+    assert run(ring_with_posted_sends, 3, timeout=30) == [2.0, 0.0, 1.0]

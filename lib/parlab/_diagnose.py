@@ -17,6 +17,9 @@ from typing import Any
 STARTUP_S = 60.0  # joining the group and unpickling fn (which imports its module) is not
 # counted in `timeout`; it has a bound of its own
 SURE_HANG_S = 1.0  # a call that waits this long for ranks that have all returned is a hang
+P2P_CYCLE_S = 3.0  # ranks waiting on each other's send/recv in a cycle this long: deadlock
+# (a transfer already posted with isend finishes in milliseconds on one machine)
+_OTHER = {"recv": "send", "send": "recv"}
 _COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
                  "ECONNRESET", "Socket closed", "Connection refused")
 _MISMATCH = ("Detected mismatch between collectives", "mismatch between collectives")
@@ -159,9 +162,36 @@ class Watch:
                 continue
             peers = [r for r in s.get("group", []) if r != rank]
             if peers and all(r in results for r in peers):
+                hint = ("some rank skipped a collective that the others made" if not
+                        s.get("p2p") else "its peer never made the matching send/recv, or "
+                        "returned without calling .wait() on its isend/irecv request (an "
+                        "unwaited request may never be delivered)")
                 return (f"rank {rank} waits in {s['what']}, but rank(s) {peers} already "
-                        "returned without making the matching call: some rank skipped a "
-                        "collective (or a send/recv) that the others made")
+                        f"returned without making the matching call: {hint}")
+        return self._p2p_cycle(now)
+
+    def _p2p_cycle(self, now: float) -> str | None:
+        """Ranks that each wait to receive from the next (or each wait to send to the next)
+        around a cycle: nobody can move, so this is a deadlock."""
+        waits: dict[int, tuple[str, int]] = {}  # rank -> (direction, peer)
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            kind = s.get("kind", "").replace("wait(", "").rstrip(")")
+            if (s.get("state") == "in" and s.get("p2p") and len(s.get("group", [])) == 1
+                    and now - s.get("t", now) >= P2P_CYCLE_S):
+                waits[rank] = ("recv" if kind in ("recv", "irecv") else "send", s["group"][0])
+        for start, (direction, _) in waits.items():
+            path, rank = [start], waits[start][1]
+            while rank in waits and waits[rank][0] == direction and rank not in path:
+                path.append(rank)
+                rank = waits[rank][1]
+            if rank == start and len(path) > 1:
+                ring = " -> ".join(str(r) for r in path + [start])
+                verb = "receive from" if direction == "recv" else "send to"
+                return (f"deadlock: ranks {ring} each wait to {verb} the next one, so none "
+                        f"of them gets to the matching {_OTHER[direction]}. "
+                        "Post the receive before blocking on the send (irecv + isend, then "
+                        "wait), or let even and odd ranks go in opposite orders")
         return None
 
     def check(self, results: dict[int, Any], errors: list) -> None:
