@@ -1,0 +1,141 @@
+"""Module 06's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+As in tests/test_mistakes_sp.py: the solutions notebook's imports cell and answer cells
+(BEGIN/END SOLUTION lines dropped) run into one fresh module, not in sys.modules, so
+cloudpickle ships its functions to the ranks by value, like notebook cells; a mistake file from
+autograder/mistakes/06_expert_parallel/ runs on top, replacing what it defines. Each mistake
+file lists in CAUGHT_BY the checks that must reject it and a phrase the message must contain.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CheckFailed
+from parlab.check import moe as moecheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "06_expert_parallel" / "06_expert_parallel.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "06_expert_parallel"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+LOCAL = {"check_router", "check_capacity"}  # run in this process: no world size
+CHECKS = {
+    "check_router": lambda ns, t: moecheck.check_router(ns.router, quiet=True),
+    "check_capacity": lambda ns, t: moecheck.check_capacity(ns.expert_capacity, ns.keep_mask,
+                                                            quiet=True),
+    "check_ep_moe": lambda ns, t: moecheck.check_ep_moe(ns.ep_moe, world_size=t, quiet=True),
+    "check_ep_capacity": lambda ns, t: moecheck.check_ep_capacity(ns.ep_moe_capacity,
+                                                                  world_size=t, quiet=True),
+}
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_moe_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 5, "expected the imports cell and four answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+def _sizes(check: str) -> tuple[int, ...]:
+    return (2,) if check in LOCAL else (2, 4)
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in _sizes(check)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"combine_without_gates", "split_sizes_not_exchanged", "dropped_not_residual",
+                "wrong_expert_placement"}  # issue 8
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("check, t", [(c, t) for c in sorted(CHECKS) for t in _sizes(c)])
+def test_solutions_pass(check, t):
+    CHECKS[check](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check](ns, t)
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    if check not in LOCAL:
+        assert "rank " in message  # every message from a rank-level comparison names the rank
+
+
+REEXPORTS = {  # how an answer could hand back parlab's own code -> the check that must refuse
+    "alias_router": ("from parlab.moe import route as router", "check_router"),
+    "wrapped_router": ("""
+        import parlab.moe
+        def router(x, weight, k):
+            gates, experts, probs = parlab.moe.route(x, weight, k=k)
+            return gates, experts, parlab.moe.balance_loss(probs, experts,
+                                                           num_experts=weight.shape[0])
+    """, "check_router"),
+    "alias_keep": ("from parlab.moe import keep_mask", "check_capacity"),
+    "wrapped_keep": ("""
+        from parlab.moe import keep_mask as _reference_keep
+        def keep_mask(experts, num_experts, capacity):
+            return _reference_keep(experts, num_experts=num_experts, capacity=capacity)
+    """, "check_capacity"),
+    "alias_ep": ("from parlab.moe_dispatch import ep_moe", "check_ep_moe"),
+    "wrapped_ep": ("""
+        import parlab.moe_dispatch
+        def ep_moe(x, gates, experts, shard):
+            return parlab.moe_dispatch.ep_moe(x, gates, experts, shard)
+    """, "check_ep_moe"),
+    "wrapped_capacity": ("""
+        from parlab import moe_dispatch
+        def ep_moe_capacity(x, gates, experts, shard, capacity):
+            return moe_dispatch.ep_moe_capacity(x, gates, experts, shard, capacity=capacity)
+    """, "check_ep_capacity"),
+    "wrapped_all_to_all": ("""
+        from parlab.moe_dispatch import AllToAll
+    """, "check_ep_moe"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    source, check = REEXPORTS[how]
+    ns = learner_namespace(textwrap.dedent(source))
+    with pytest.raises(CheckFailed, match="the course's own reference|parlab's own MoE reference"):
+        CHECKS[check](ns, 2)
