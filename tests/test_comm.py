@@ -110,3 +110,18 @@ def test_trace_outside_a_process_group_records_nothing():
     with comm.trace() as tr:
         torch.ones(3).sum()
     assert tr.count() == 0 and tr.wire_bytes() == 0
+
+
+def uneven_all_to_all():
+    r = dist.get_rank()  # rank r sends r+1 rows to rank 0 and 2-r rows to rank 1 (rows of 4 floats)
+    send = [r + 1, 2 - r]
+    recv = [[1, 2], [2, 1]][r]  # what the others send to r
+    out = torch.empty(sum(recv), 4)
+    with comm.trace() as tr:
+        dist.all_to_all_single(out, torch.ones(sum(send), 4), recv, send)
+    return tr.events[0].wire_bytes
+
+
+def test_uneven_all_to_all_counts_the_rows_that_leave():
+    # rank 0 keeps its 1 row and sends 2 rows of 16 B; rank 1 keeps 1 row and sends 2 rows
+    assert run(uneven_all_to_all, 2) == [2 * 16.0, 2 * 16.0]

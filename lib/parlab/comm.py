@@ -158,6 +158,11 @@ def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
         ranks = _group_ranks(kwargs.get("group"))
         size = len(ranks) or 1
     wire = wire_bytes(kind, n, size)
+    splits = kwargs.get("input_split_sizes", args[3] if len(args) > 3 else None)
+    if kind == "all_to_all_single" and splits and tensor is not None and ranks:
+        # uneven split: everything but the rows this rank keeps for itself leaves it
+        row_bytes = n // max(1, tensor.shape[0])
+        wire = float(n - splits[ranks.index(dist.get_rank())] * row_bytes)
     shape = tuple(tensor.shape) if tensor is not None else ()
     dtype = str(tensor.dtype).replace("torch.", "") if tensor is not None else ""
     return Event(kind, size, n, wire, ranks, shape, dtype)

@@ -1,0 +1,136 @@
+"""Module 04's graded checks catch the mistakes corpus, pass the solutions, reject parlab's own.
+
+A learner's notebook is rebuilt the way a kernel holds it: the solutions notebook's imports
+cell and answer cells (BEGIN/END SOLUTION lines dropped) run into one fresh module, and a
+mistake file from autograder/mistakes/04_pipeline_parallel/ runs on top of them, replacing
+the names it defines, as a learner's wrong cell would. Each mistake file lists in CAUGHT_BY
+the checks that must reject it and a phrase the message must contain. The module is not in
+sys.modules, so cloudpickle ships its functions to the ranks by value, like notebook cells.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import textwrap
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from parlab.check import CheckFailed
+from parlab.check import pp as ppcheck
+from parlab.grading import is_answer_cell
+from parlab.launch import RankError
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+NOTEBOOK = ROOT / "solutions" / "04_pipeline_parallel" / "04_pipeline_parallel.ipynb"
+MISTAKES = ROOT / "autograder" / "mistakes" / "04_pipeline_parallel"
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+CHECKS = {
+    "check_1f1b": lambda ns, t: ppcheck.check_1f1b(ns.one_f_one_b, quiet=True),
+    "check_p2p_step": lambda ns, t: ppcheck.check_p2p_step(ns.forward_step, ns.backward_step,
+                                                           world_size=t, quiet=True),
+    "check_placement": lambda ns, t: ppcheck.check_placement(ns.stage_of, ns.layers_of,
+                                                             world_size=t, quiet=True),
+    "check_balance": lambda ns, t: ppcheck.check_balance(ns.balance, quiet=True),
+}
+ON_RANKS = {"check_p2p_step", "check_placement"}  # the others do not depend on t
+NAMES_RANK = {"check_1f1b", "check_p2p_step"}  # their messages say which rank
+_counter = itertools.count()
+
+
+def learner_namespace(*overlays: str) -> types.ModuleType:
+    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == 5, "expected the imports cell and four answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+def _sizes(check: str) -> tuple[int, ...]:
+    return (2, 4) if check in ON_RANKS else (2,)
+
+
+CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+         for path in sorted(MISTAKES.glob("*.py"))
+         for check, phrase in caught_by(path).items() for t in _sizes(check)]
+
+
+def test_corpus_is_complete_and_documented():
+    names = {p.stem for p in MISTAKES.glob("*.py")}
+    required = {"backward_before_forward", "missing_recv", "warmup_off_by_one",
+                "no_loss_scaling"}  # the issue's four
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (MISTAKES / "README.md").read_text()
+    for path in sorted(MISTAKES.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in CHECKS, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+@pytest.mark.parametrize("check, t", [(c, t) for c in sorted(CHECKS) for t in _sizes(c)])
+def test_solutions_pass(check, t):
+    CHECKS[check](learner_namespace(), t)
+
+
+@pytest.mark.parametrize("path, check, phrase, t", CASES)
+def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
+    ns = learner_namespace(path.read_text())
+    with pytest.raises((CheckFailed, RankError)) as info:
+        CHECKS[check](ns, t)
+    message = str(info.value)
+    assert phrase in message, f"{path.name} under {check} on {t} ranks said:\n{message}"
+    if check in NAMES_RANK:
+        assert "rank " in message
+
+
+REEXPORTS = {
+    "alias": ("check_1f1b", "from parlab.pp import one_f_one_b"),
+    "wrapper": ("check_1f1b", """
+        def one_f_one_b(p, m):
+            return make_schedule("1f1b", p, m)
+    """),
+    "captured": ("check_1f1b", """
+        from parlab.pp import one_f_one_b as _reference
+        def one_f_one_b(p, m):
+            return _reference(p, m)
+    """),
+    "balance_alias": ("check_balance", "from parlab.pp_sim import balance_stages as balance"),
+    "balance_wrapper": ("check_balance", """
+        import parlab.pp_sim
+        def balance(costs, p):
+            return parlab.pp_sim.balance_stages(costs, p)
+    """),
+    "stage_of_wrapper": ("check_placement", """
+        import parlab.pp
+        def stage_of(rank, chunk, p):
+            return parlab.pp.stage_of(rank, chunk, p)
+    """),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REEXPORTS))
+def test_reference_implementation_is_rejected(how):
+    check, source = REEXPORTS[how]
+    ns = learner_namespace(textwrap.dedent(source))
+    with pytest.raises(CheckFailed, match="the course's (own )?reference"):
+        CHECKS[check](ns, 2)
