@@ -55,7 +55,8 @@ from parlab._diagnose import (
 
 __all__ = ["run", "pick_backend", "RankError", "CollectiveTimeout", "CollectiveMismatch"]
 
-_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "parlab._rank"]
+_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "parlab._rank",
+            "torch.fx.experimental.symbolic_shapes"]  # imported by the first backward
 _START_LOCK = threading.Lock()
 ERROR_GRACE_S = 0.5  # after a first error, wait this long for the other ranks' reports
 
