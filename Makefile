@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast release lint bench clean setup
+.PHONY: lab test test-fast release lint bench clean setup collect autograde export feedback check
 
 setup: $(VENV)/.installed
 
@@ -54,6 +54,30 @@ test-fast: setup
 # Regenerate course/ (the learners' release) from solutions/ (the source of truth).
 release: setup
 	@if [ -n "$(MODULES)" ]; then $(NBGRADER) generate_assignment "*" --force --no-db --log-level=ERROR; fi
+
+# Instructor workflow (autograder/README.md): collect FROM=<folder>, autograde [MODULE=..]
+# [WORKERS=3], export (grades.csv), feedback. Every nbgrader call runs with the venv's bin/
+# first on PATH (parlab.grading.run_nbgrader). Learners: `make check MODULE=..` runs the
+# visible tests of their own notebook (workspace/, else course/) and prints a table.
+FROM ?=
+MODULE ?=
+WORKERS ?= 3
+INSTRUCTOR := $(PY) -m parlab.instructor
+
+collect: setup
+	$(INSTRUCTOR) collect "$(FROM)"
+
+autograde: setup
+	$(INSTRUCTOR) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)
+
+export: setup
+	$(INSTRUCTOR) export --to grades.csv
+
+feedback: setup
+	$(INSTRUCTOR) feedback --module "$(or $(MODULE),*)"
+
+check: setup
+	$(PY) -m parlab.selfcheck $(MODULE)
 
 lint: setup
 	$(VENV)/bin/ruff check lib tests benchmarks autograder

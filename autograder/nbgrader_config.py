@@ -64,3 +64,42 @@ c.Execute.timeout = 60
 # Start-up of a kernel that imports torch can exceed nbclient's 60 s default on a loaded
 # 2-core grader; a kernel that fails to start loses the whole submission.
 c.Execute.startup_timeout = 120
+
+# --- grading every submission, whatever it does (parlab.grading_execute) -----------------------
+# nbgrader drops a whole submission whose kernel dies (os._exit, killed for memory) or ignores
+# the interrupt sent on a cell timeout. ResilientExecute records a readable error on that cell,
+# kills the kernel's process tree (ranks included), starts a new kernel, re-runs the cells that
+# had succeeded, and goes on; ParlabOverwriteCells marks locked test cells it had to restore
+# (edited: run as released, with a note) or put back (deleted: scored 0 with a message).
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
+
+from parlab.feedback import HideHiddenTests  # noqa: E402
+from parlab.grading_execute import ParlabOverwriteCells, ResilientExecute  # noqa: E402
+
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput, DeduplicateIds, OverwriteKernelspec, ParlabOverwriteCells, CheckCellMetadata]
+c.Autograde.autograde_preprocessors = [
+    ResilientExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, CheckCellMetadata]
+# The most seconds one submitted notebook may run, kernel restarts included (each cell is also
+# bounded by Execute.timeout); what it has not reached by then scores 0, with a message.
+c.ResilientExecute.submission_timeout = 900
+# A test cell the learner deleted is put back and scored 0 with a message (True: run it).
+c.ResilientExecute.run_restored_tests = False
+
+# --- generate_feedback ------------------------------------------------------------------------
+# nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.
+# HideHiddenTests removes them from both; `python -m parlab.instructor feedback` then checks
+# every generated file for any hidden-test line and withholds a file that still has one.
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]

@@ -54,3 +54,32 @@ def no_orphans():
     yield
     left = rank_processes()
     assert not left, f"rank processes outlived run(): {sorted(left)}"
+
+
+# --- autograde runs shared by several test files (tests/grading_runs.py) ---------------------
+@pytest.fixture(scope="session")
+def course_run(tmp_path_factory: pytest.TempPathFactory):
+    """Every module (and the smoke fixture) autograded once for alice (full) and bob (blank)."""
+    import time
+
+    from grading_runs import course_run as build
+
+    start = time.perf_counter()
+    run = build(tmp_path_factory.mktemp("course_run"))
+    print(f"\ncourse run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+          f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
+    return run
+
+
+@pytest.fixture(scope="session")
+def fault_run(tmp_path_factory: pytest.TempPathFactory):
+    """The fault corpus (autograder/faults/) autograded in one parallel run."""
+    import time
+
+    from grading_runs import fault_run as build
+
+    start = time.perf_counter()
+    run = build(tmp_path_factory.mktemp("fault_run"), tmp_path_factory.mktemp("inbox"))
+    print(f"\nfault run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+          f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
+    return run

@@ -1,34 +1,36 @@
-"""Module notebooks execute the way learners and the autograder run them.
+"""Module notebooks execute the way the autograder runs them: checks (a) and (b).
 
-(a) Every solutions/ notebook runs top to bottom with no error in any cell, hidden tests
-    included (they are plain code in the source), and leaves no file behind in its folder
-    (`make release` would ship it to learners).
-(b) Every course/ notebook, unanswered, runs to the end within a bound; every graded cell
-    fails with a readable error (NotImplementedError from the stub, AssertionError, parlab's
-    RankError / CheckFailed, ...), never by a timeout or a dead kernel.
-Each notebook runs in a fresh kernel with its own folder as the working directory.
+Each module's answered and blank notebooks run once per session, in the shared course run
+(tests/grading_runs.py, built by conftest's `course_run`): nbgrader autogrades "alice", the
+release with every answer filled in from solutions/ and the hidden tests put back by
+nbgrader, and "bob", the blank release, with the course's own limits.
+
+(a) solutions: alice's autograded notebook has no error in any cell, every visible and hidden
+    test passing, and her run left no file in the notebook's folder (`make release` would
+    ship such a file to learners).
+(b) blank release: bob's notebook ran to the end within a bound; every graded cell failed
+    with a readable error (NotImplementedError from the stub, AssertionError, parlab's
+    RankError / CheckFailed, ...), never by a timeout, a dead or hung kernel, or a cell left
+    unrun.
+(c), the gradebook's scores, is tests/test_roundtrip.py.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
+from grading_runs import BLANK, FULL
 
 from parlab.grading import (
     COURSE_DIR,
     SOLUTIONS_DIR,
     cell_error,
-    execute_notebook,
     grade_id,
     graded_cell_errors,
     list_modules,
 )
 
-# nbgrader's per-cell limit (autograder/nbgrader_config.py, Execute.timeout): a cell that needs
-# longer would be cut off by the autograder too.
-CELL_TIMEOUT_S = 60
+pytestmark = pytest.mark.slow
+
 # An unanswered notebook fails fast at every exercise; this bound catches hangs, not slowness
 # (DESIGN.md's 90 s per answered notebook is measured in benchmarks/, not asserted here).
 UNANSWERED_BOUND_S = 300
@@ -36,20 +38,18 @@ UNANSWERED_BOUND_S = 300
 # CollectiveTimeout is readable, but an unanswered exercise must fail at once, not after the
 # launcher's timeout, so it is rejected here as well.
 NOT_READABLE = {"CellTimeoutError", "DeadKernelError", "KeyboardInterrupt", "TimeoutError",
-                "CollectiveTimeout"}
+                "CollectiveTimeout", "KernelDied", "KernelUnresponsive", "SubmissionTimeLimit",
+                "NotRun", "InvalidNotebook", "TestCellDeleted"}
+# Errors of any cell that mean the notebook did not run to the end (parlab.grading_execute).
+STUCK = {"CellTimeoutError", "DeadKernelError", "KernelDied", "KernelUnresponsive",
+         "SubmissionTimeLimit", "NotRun"}
 NO_MODULES = "{} has no module yet (remove once module 00 lands)"
 
 
-def _params(modules: list[str], top: Path) -> list:
+def _params(modules: list[str], top) -> list:
     if modules:
         return modules
     return [pytest.param(None, marks=pytest.mark.skip(reason=NO_MODULES.format(top.name + "/")))]
-
-
-def _notebooks(folder: Path) -> list[Path]:
-    found = sorted(p for p in folder.glob("*.ipynb"))
-    assert found, f"{folder} holds no notebook"
-    return found
 
 
 def _label(cell, index: int) -> str:
@@ -57,48 +57,44 @@ def _label(cell, index: int) -> str:
     return f"cell {index}" + (f" ({gid})" if gid else "")
 
 
-def _snapshot(folder: Path) -> set[str]:
+def _files(folder) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")
             if not any(part.startswith(".") or part == "__pycache__"
                        for part in p.relative_to(folder).parts)}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("module", _params(list_modules(SOLUTIONS_DIR), SOLUTIONS_DIR))
-def test_solution_notebook_runs_without_errors(module: str) -> None:
-    folder = SOLUTIONS_DIR / module
-    for path in _notebooks(folder):
-        before = _snapshot(folder)
-        nb = execute_notebook(path, timeout=CELL_TIMEOUT_S, cwd=folder)
-        failures = [f"{_label(cell, i)}: {err[0]}: {err[1][:300]}"
-                    for i, cell in enumerate(nb.cells)
-                    if cell.cell_type == "code" and (err := cell_error(cell))]
-        assert not failures, f"solutions/{module}/{path.name} fails:\n" + "\n".join(failures)
-        left = sorted(_snapshot(folder) - before)
-        assert not left, (f"solutions/{module}/{path.name} wrote {left} into its folder; "
-                          "`make release` would copy them to learners (write to a temp dir)")
+def test_a_solutions_pass_every_visible_and_hidden_test(course_run, module: str) -> None:
+    graded = course_run.run.get(module, FULL)
+    name = f"(a) solutions/{module}, autograded as alice"
+    assert graded.score is not None, f"{name}: not graded: {graded.status}"
+    nb = course_run.autograded(FULL, module)
+    failures = [f"{_label(cell, i)}: {err[0]}: {err[1][:300]}"
+                for i, cell in enumerate(nb.cells)
+                if cell.cell_type == "code" and (err := cell_error(cell))]
+    assert not failures, f"{name}: cells fail:\n" + "\n".join(failures)
+    submitted = _files(course_run.root / "submitted" / FULL / module)
+    left = sorted(_files(course_run.root / "autograded" / FULL / module) - submitted)
+    assert not left, (f"{name}: running it wrote {left} into its folder; `make release` would "
+                      "copy them to learners (write to a temporary folder)")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("module", _params(list_modules(COURSE_DIR), COURSE_DIR))
-def test_unanswered_release_fails_readably(module: str) -> None:
-    folder = COURSE_DIR / module
-    for path in _notebooks(folder):
-        start = time.perf_counter()
-        nb = execute_notebook(path, timeout=CELL_TIMEOUT_S, cwd=folder)
-        seconds = time.perf_counter() - start
-        name = f"course/{module}/{path.name}"
-        stuck = [f"{_label(cell, i)}: {err[0]}" for i, cell in enumerate(nb.cells)
-                 if cell.cell_type == "code" and (err := cell_error(cell))
-                 and err[0] in {"CellTimeoutError", "DeadKernelError"}]
-        assert not stuck, f"{name}, unanswered, did not run to the end: {stuck}"
-        assert seconds <= UNANSWERED_BOUND_S, (
-            f"{name}, unanswered, took {seconds:.0f} s (bound {UNANSWERED_BOUND_S} s)")
-        errors = graded_cell_errors(nb)
-        assert errors, f"{name} has no graded cell"
-        passing = sorted(gid for gid, err in errors.items() if err is None)
-        assert not passing, (f"{name}: graded cells pass with no answer written (free points, "
-                             f"or hidden tests only): {passing}")
-        unreadable = {gid: err for gid, err in errors.items() if err and err[0] in NOT_READABLE}
-        assert not unreadable, (f"{name}: graded cells fail without a readable message when "
-                                f"unanswered: {unreadable}")
+def test_b_blank_release_fails_every_test_readably(course_run, module: str) -> None:
+    graded = course_run.run.get(module, BLANK)
+    name = f"(b) course/{module}, unanswered, autograded as bob"
+    assert graded.score is not None, f"{name}: not graded: {graded.status}"
+    assert graded.seconds is not None and graded.seconds <= UNANSWERED_BOUND_S, (
+        f"{name}: took {graded.seconds} s (bound {UNANSWERED_BOUND_S} s)")
+    nb = course_run.autograded(BLANK, module)
+    stuck = [f"{_label(cell, i)}: {err[0]}: {err[1][:200]}" for i, cell in enumerate(nb.cells)
+             if cell.cell_type == "code" and (err := cell_error(cell)) and err[0] in STUCK]
+    assert not stuck, f"{name}: did not run to the end: {stuck}"
+    errors = graded_cell_errors(nb)
+    assert errors, f"{name}: no graded cell"
+    passing = sorted(gid for gid, err in errors.items() if err is None)
+    assert not passing, (f"{name}: graded cells pass with no answer written (free points, or "
+                         f"hidden tests only): {passing}")
+    unreadable = {gid: err for gid, err in errors.items() if err and err[0] in NOT_READABLE}
+    assert not unreadable, (f"{name}: graded cells fail without a readable message when "
+                            f"unanswered: {unreadable}")

@@ -1,100 +1,65 @@
-"""The nbgrader round trip, release -> submit -> autograde -> gradebook, for every module.
+"""The nbgrader round trip, release -> submit -> autograde -> gradebook: check (c).
 
-In a temporary course root (the real config, pointed elsewhere with --CourseDirectory.root):
-copy solutions/<module> for every module plus the smoke fixture (tests/fixtures/, so the
-pipeline stays proven before and beside the real modules), release them all with the gradebook
-on, submit a full-marks notebook built from the solutions for "alice" and the blank release for
-"bob", autograde everything in ONE nbgrader call, and read the sqlite gradebook: alice has the
-maximum, bob has 0, one submission row each.
+The shared course run (tests/grading_runs.py, conftest's `course_run`) copies every module of
+solutions/ plus the smoke fixture (tests/fixtures/, so the pipeline stays proven before and
+beside the real modules) into a temporary course root, releases them all with the gradebook
+on, submits a full-marks notebook built from the solutions for "alice" and the blank release
+for "bob", and autogrades everything with the instructor's parallel pipeline
+(`parlab.parallel_autograde`, one nbgrader process per worker, merged into one gradebook).
+
+(c) the sqlite gradebook: alice has the maximum, bob has 0, one submission row each with
+    every notebook; the run left no process behind.
+(a) and (b), what each notebook's cells did, are tests/test_notebooks.py.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
-import nbformat
 import pytest
+from grading_runs import BLANK, FIXTURES_DIR, FULL
 
-from parlab.grading import (
-    SOLUTIONS_DIR,
-    AutogradeResult,
-    NbgraderRun,
-    autograde,
-    fake_submission,
-    generate_release,
-    graded_cell_errors,
-    list_modules,
-)
+from parlab.grading import SOLUTIONS_DIR, graded_cell_errors, list_modules
 
 pytestmark = pytest.mark.slow
 
-FIXTURES_DIR = Path(__file__).parent / "fixtures"
-SOURCES = {m: SOLUTIONS_DIR / m for m in list_modules(SOLUTIONS_DIR)}
-SOURCES.update({m: FIXTURES_DIR / m for m in list_modules(FIXTURES_DIR)})
-FULL_MARKS, BLANK = "alice", "bob"
+MODULES = sorted(set(list_modules(SOLUTIONS_DIR)) | set(list_modules(FIXTURES_DIR)))
 
 
-@dataclass(frozen=True)
-class GradedCourse:
-    root: Path
-    release: NbgraderRun
-    result: AutogradeResult
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> GradedCourse:
-    """Every module released, submitted by alice and bob, and autograded, in a temp root."""
+def test_no_module_has_a_fixture_name() -> None:
     assert not set(list_modules(SOLUTIONS_DIR)) & set(list_modules(FIXTURES_DIR)), (
         "a module in solutions/ has the name of a test fixture module")
-    root = tmp_path_factory.mktemp("course_root")
-    for module, src in SOURCES.items():
-        shutil.copytree(src, root / "solutions" / module,
-                        ignore=shutil.ignore_patterns(".*", "__pycache__", "*.pyc"))
-    release = generate_release("*", root=root, database=True)
-    for module in SOURCES:
-        released = root / "course" / module
-        for student in (FULL_MARKS, BLANK):
-            shutil.copytree(released, root / "submitted" / student / module)
-        for notebook in released.glob("*.ipynb"):
-            source = root / "solutions" / module / notebook.name
-            nbformat.write(fake_submission(source, notebook),
-                           root / "submitted" / FULL_MARKS / module / notebook.name)
-    result = autograde(root, "*")
-    print(f"\nnbgrader generate_assignment * (gradebook on), {len(SOURCES)} modules: "
-          f"{release.seconds:.1f} s; nbgrader autograde *, {2 * len(SOURCES)} submissions: "
-          f"{result.run.seconds:.1f} s (exit {result.run.returncode})")
-    return GradedCourse(root, release, result)
 
 
-def _why_not_full_marks(course: GradedCourse, module: str) -> str:
-    """The graded cells that failed in alice's autograded notebooks, and nbgrader's log tail."""
-    lines = []
-    for path in sorted((course.root / "autograded" / FULL_MARKS / module).glob("*.ipynb")):
-        errors = graded_cell_errors(nbformat.read(path, as_version=4))
-        lines += [f"  {path.name} {gid}: {err[0]}: {err[1][:200]}"
-                  for gid, err in errors.items() if err]
-    return "\n".join(lines) or course.result.run.output[-3000:]
+def _why_not_full_marks(course_run, module: str) -> str:
+    """The graded cells that failed in alice's autograded notebook, or the run's status."""
+    graded = course_run.run.get(module, FULL)
+    if graded.score is None:
+        return graded.status
+    errors = graded_cell_errors(course_run.autograded(FULL, module))
+    return "\n".join(f"  {gid}: {err[0]}: {err[1][:200]}" for gid, err in errors.items() if err)
 
 
-@pytest.mark.parametrize("module", sorted(SOURCES))
-def test_roundtrip_scores(graded: GradedCourse, module: str) -> None:
+@pytest.mark.parametrize("module", MODULES)
+def test_c_gradebook_has_full_marks_and_zero(course_run, module: str) -> None:
     from nbgrader.api import Gradebook
 
-    scores = graded.result.scores.get(module, {})
-    maximum = graded.result.max_scores.get(module, 0.0)
-    assert maximum > 0, f"{module} has no points in the gradebook"
-    assert scores.get(FULL_MARKS) == maximum, (
-        f"{module}: the solutions score {scores.get(FULL_MARKS)} of {maximum} "
-        f"(None = submission dropped by nbgrader):\n{_why_not_full_marks(graded, module)}")
-    assert scores.get(BLANK) == 0, (
-        f"{module}: the blank release scores {scores.get(BLANK)}: a test passes with no answer")
-    with Gradebook(f"sqlite:///{graded.root / 'gradebook.db'}", course_id="") as gb:
+    full, blank = course_run.run.get(module, FULL), course_run.run.get(module, BLANK)
+    assert full.max_score > 0, f"(c) {module} has no points in the gradebook"
+    assert full.score == full.max_score, (
+        f"(c) {module}: the solutions score {full.score} of {full.max_score} "
+        f"(None = not graded):\n{_why_not_full_marks(course_run, module)}")
+    assert blank.score == 0, (
+        f"(c) {module}: the blank release scores {blank.score}: a test passes with no answer")
+    with Gradebook(f"sqlite:///{course_run.root / 'gradebook.db'}", course_id="") as gb:
         rows = Counter(s.student.id for s in gb.assignment_submissions(module))
         notebooks = {s.student.id: len(s.notebooks) for s in gb.assignment_submissions(module)}
         expected_notebooks = len(gb.find_assignment(module).notebooks)
-    assert rows == {FULL_MARKS: 1, BLANK: 1}, f"{module}: submission rows {dict(rows)}"
+    assert rows == {FULL: 1, BLANK: 1}, f"(c) {module}: submission rows {dict(rows)}"
     assert set(notebooks.values()) == {expected_notebooks}, (
-        f"{module}: notebooks per submission {notebooks}, expected {expected_notebooks}")
+        f"(c) {module}: notebooks per submission {notebooks}, expected {expected_notebooks}")
+
+
+def test_c_course_run_left_no_process_behind(course_run) -> None:
+    assert course_run.run.leftover == [], (
+        f"kernels or ranks outlived the autograde workers: {course_run.run.leftover}")

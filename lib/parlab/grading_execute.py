@@ -1,0 +1,268 @@
+"""The autograder's executor: every submission is graded, whatever the learner's code does.
+
+nbgrader's own `Execute` drops a whole submission when the kernel dies (`os._exit`, killed for
+memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT). Instead,
+`ResilientExecute` (autograde's executor in autograder/nbgrader_config.py; `make check` too):
+
+- records a readable error on the cell that killed or hung the kernel, kills the kernel's
+  whole session (ranks run in their own process groups, not sessions), starts a new kernel,
+  silently re-runs the earlier cells that succeeded, and goes on, so later tests still grade;
+- bounds the notebook by `submission_timeout` s (each cell by `timeout`); cells it did not
+  reach get an error, so they score 0 (nbgrader gives a test cell with no output full marks);
+- scores a test cell the learner deleted (put back by `ParlabOverwriteCells`) 0 with a
+  message instead of running it, and notes in an edited locked test cell that it ran as
+  released; grades a notebook flagged unreadable (parlab.parallel_autograde) without a kernel.
+
+Cell outcomes, by ename: CellTimeoutError (interrupted after `timeout`), KernelUnresponsive,
+KernelDied, SubmissionTimeLimit, NotRun, TestCellDeleted, InvalidNotebook.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+import uuid
+
+import nbformat
+from nbclient.client import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbgrader import utils
+from nbgrader.preprocessors import ClearHiddenTests, Execute, OverwriteCells
+from traitlets import Bool, Integer, default
+
+from parlab.grading_procs import KERNEL_ENV, kill_kernel_tree
+
+META = "parlab"  # our key in notebook and cell metadata
+def _error(ename: str, evalue: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                  traceback=[f"{ename}: {evalue}"])
+
+
+def has_error(cell: nbformat.NotebookNode) -> bool:
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
+def restored(cell: nbformat.NotebookNode) -> str | None:
+    """'edited' or 'deleted' when ParlabOverwriteCells had to put this test cell back."""
+    return cell.get("metadata", {}).get(META, {}).get("restored")
+
+
+def released_source(cell: nbformat.NotebookNode) -> str:
+    """A cell's source as generate_assignment releases it: without its hidden tests."""
+    shadow = copy.deepcopy(cell)
+    ClearHiddenTests(enforce_metadata=False)._remove_hidden_test_region(shadow)
+    return shadow.source
+
+
+class _Restart(Exception):
+    """The kernel is gone or hung: start a new one and go on."""
+
+
+class ResilientExecute(Execute):
+    """nbgrader's Execute, surviving dead and unresponsive kernels (see the module doc)."""
+
+    submission_timeout = Integer(
+        900, help="Most seconds one notebook may run in total, restarts included; cells not "
+        "reached by then score 0. Each cell is also bounded by `timeout`.").tag(config=True)
+    max_restarts = Integer(
+        3, help="Kernel restarts allowed per notebook before the rest is left unrun."
+    ).tag(config=True)
+    run_restored_tests = Bool(
+        False, help="Run a test cell that the learner deleted (and nbgrader put back) instead "
+        "of scoring it 0.").tag(config=True)
+
+    @default("iopub_timeout")
+    def _iopub_timeout_default(self) -> int:
+        return 10  # after an interrupt: how long a kernel may take to become idle again
+
+    # --- one notebook ---------------------------------------------------------------------
+    def preprocess(self, nb, resources=None, km=None):
+        NotebookClient.__init__(self, nb, km)
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        start = time.monotonic()
+        self._deadline = start + self.submission_timeout
+        self._sid: int | None = None
+        self._token: str | None = None
+        self.restarts = 0
+        unreadable = self.nb.metadata.get(META, {}).get("unreadable")
+        if unreadable:
+            self._finish(0, "InvalidNotebook", unreadable)
+            return self.nb, self.resources
+        succeeded: list[int] = []  # cells to re-run after a restart
+        index, why_stopped = 0, None
+        while index < len(self.nb.cells) and why_stopped is None:
+            if time.monotonic() >= self._deadline:
+                why_stopped = self._limit_text()
+                break
+            try:
+                mark = uuid.uuid4().hex
+                self._token = f"{KERNEL_ENV}={mark}"
+                with self.setup_kernel(env=dict(os.environ, **{KERNEL_ENV: mark})):
+                    self._sid = self._kernel_session()
+                    info = self.wait_for_reply(self.kc.kernel_info()) or {}
+                    self.nb.metadata["language_info"] = info.get("content", {}).get(
+                        "language_info", {"name": "python"})
+                    why_stopped = self._replay(succeeded)
+                    while why_stopped is None and index < len(self.nb.cells):
+                        if time.monotonic() >= self._deadline:
+                            why_stopped = self._limit_text()
+                            break
+                        if self._run_one(index, resources):
+                            succeeded.append(index)
+                        index += 1
+            except _Restart:
+                index += 1
+                self.restarts += 1
+                if self.restarts > self.max_restarts:
+                    why_stopped = (f"the kernel had to be restarted {self.restarts} times, the "
+                                   f"most allowed is {self.max_restarts}")
+            finally:
+                kill_kernel_tree(self._sid, self._token)
+        if why_stopped:
+            self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
+        self.set_widgets_metadata()
+        self.nb.metadata.setdefault(META, {})["grading"] = {
+            "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts}
+        return self.nb, self.resources
+
+    def _run_one(self, index: int, resources) -> bool:
+        """Run cell `index`; True if it ran clean. Raises _Restart when the kernel is lost."""
+        cell = self.nb.cells[index]
+        if cell.cell_type != "code":
+            return False
+        if restored(cell) == "deleted" and not self.run_restored_tests:
+            cell.outputs = [_error("TestCellDeleted", self._deleted_text(cell))]
+            return False
+        self._last_timeout = self.timeout
+        try:
+            self.preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self._lose_kernel(index, "KernelDied", (
+                "the kernel died while running this cell (os._exit or exit() in your code, "
+                "a crash, or the machine running out of memory?). The grader started a new "
+                "kernel, re-ran the cells above that had succeeded, and went on with the next "
+                "cell; this one scores 0. Run it on its own to see what ends the process."))
+        except CellTimeoutError:
+            self._lose_kernel(index, "KernelUnresponsive", (
+                f"this cell ignored the interrupt after {self._last_timeout} s: it was "
+                "still running when the grader stopped it and did not stop (a loop that "
+                "catches KeyboardInterrupt or ignores SIGINT?). The grader killed the kernel, "
+                "started a new one, re-ran the cells above that had succeeded, and went on; "
+                "this one scores 0."))
+        self.nb.cells[index] = cell  # execute_cell stores the cell back; keep our object
+        if restored(cell) == "edited":
+            cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=(
+                "Note: this test cell had been edited in your notebook; the grader ran it as "
+                "released.\n")))
+        return not has_error(cell)
+
+    def _lose_kernel(self, index: int, ename: str, evalue: str) -> None:
+        cell = self.nb.cells[index]
+        cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
+        cell.outputs.append(_error(ename, evalue))
+        self.log.warning("%s in cell %d (%s): restarting the kernel", ename, index,
+                         cell.metadata.get("nbgrader", {}).get("grade_id", "no grade id"))
+        kill_kernel_tree(self._sid, self._token)
+        raise _Restart
+
+    def _replay(self, indices: list[int]) -> str | None:
+        """Re-run, silently, cells that succeeded before a restart; a reason if one fails."""
+        for index in indices:
+            original = self.nb.cells[index]
+            shadow = copy.deepcopy(original)
+            try:
+                self.execute_cell(shadow, index, store_history=False)
+            except (DeadKernelError, CellTimeoutError) as exc:
+                return f"re-running cell {index} after a restart failed ({type(exc).__name__})"
+            finally:
+                self.nb.cells[index] = original
+            if has_error(shadow):
+                return f"re-running cell {index} after a restart raised an error"
+        return None
+
+    def _finish(self, start: int, ename: str, evalue: str) -> None:
+        """Give every code cell from `start` on that has no error one, so it scores 0."""
+        for cell in self.nb.cells[start:]:
+            if cell.cell_type == "code" and not has_error(cell):
+                cell.outputs = list(cell.get("outputs", [])) + [_error(ename, evalue)]
+
+    # --- timeouts ---------------------------------------------------------------------------
+    def _get_timeout(self, cell):
+        """The cell's limit, cut short by what is left of the submission's time."""
+        per_cell = super()._get_timeout(cell)
+        deadline = getattr(self, "_deadline", None)
+        if deadline is None:
+            return per_cell
+        left = max(1, int(deadline - time.monotonic()))
+        return left if per_cell is None else min(per_cell, left)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._last_timeout = timeout
+        if time.monotonic() >= getattr(self, "_deadline", float("inf")) - 0.5:
+            ename = "SubmissionTimeLimit"
+            evalue = self._limit_text() + "; this cell was interrupted"
+        else:
+            ename = "CellTimeoutError"
+            evalue = (f"this cell was still running after {timeout} s, the grader's limit per "
+                      "cell, and was interrupted. An endless loop, or a wait that never ends? "
+                      "Run it yourself and see where it spends its time (interrupt the kernel "
+                      "to get a traceback).")
+        self.error_on_timeout = {"ename": ename, "evalue": evalue,
+                                 "traceback": [f"{ename}: {evalue}"]}
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def _limit_text(self) -> str:
+        return (f"the notebook ran past {self.submission_timeout} s, the grader's limit for a "
+                "whole submission")
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _kernel_session(self) -> int | None:
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        try:
+            sid = os.getsid(pid) if pid else None
+        except OSError:
+            return None
+        return sid if sid == pid else None  # only a kernel that leads its own session
+
+    @staticmethod
+    def _deleted_text(cell) -> str:
+        meta = cell.metadata.get("nbgrader", {})
+        points = float(meta.get("points", 0))
+        worth = f"{points:g} point" + ("" if points == 1 else "s")
+        return (f"this test cell ({meta.get('grade_id')}, worth {worth}) was "
+                "deleted from your notebook, so it was not run and scores 0. Put it back "
+                "(copy it from the released notebook in course/) and submit again.")
+
+
+class ParlabOverwriteCells(OverwriteCells):
+    """nbgrader's OverwriteCells that also marks the test cells it had to put back.
+
+    A locked test cell the learner edited is restored (nbgrader) and marked 'edited'; a
+    deleted test cell is re-added (add_missing_cells) and marked 'deleted', which
+    ResilientExecute scores 0 with a message instead of running it.
+    """
+
+    missing_cell_notification = "This test cell was missing from the submission and was put " \
+        "back by the grader.\n\n"
+
+    @default("add_missing_cells")
+    def _add_missing_cells_default(self) -> bool:
+        return True
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        before = cell.source
+        cell, resources = super().preprocess_cell(cell, resources, cell_index)
+        # The gradebook's source holds the hidden tests that the release lacks: the learner
+        # edited the cell if it differs from the source without them.
+        if utils.is_grade(cell) and utils.is_locked(cell) and before != released_source(cell):
+            cell.metadata.setdefault(META, {})["restored"] = "edited"
+        return cell, resources
+
+    def missing_cell_transform(self, source_cell, max_score, is_solution=False, is_task=False):
+        cell = super().missing_cell_transform(source_cell, max_score, is_solution, is_task)
+        if not is_solution and not is_task and cell.cell_type == "code":
+            cell.source = source_cell.source  # put back exactly what was released
+            cell.metadata[META] = {"restored": "deleted"}
+        return cell

@@ -1,0 +1,173 @@
+"""The two autograde runs that several test files share (built once per session, conftest.py).
+
+course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
+    with the gradebook on in a temporary course root, submitted by "alice" (the release with
+    every answer filled in from the solutions) and "bob" (the blank release), and autograded
+    by `parlab.parallel_autograde` with the course's own limits. Each module's answered and
+    blank notebooks run exactly once per session; test_notebooks.py and test_roundtrip.py
+    read their verdicts from this run.
+fault run: the fault corpus (autograder/faults/) through the instructor's own commands: the
+    faultlab module released, handed in by alice, bob (as <student>/faultlab.ipynb) and one
+    student per corpus entry (as <student>/faultlab/faultlab.ipynb), each being alice's
+    notebook broken as the entry says; `python -m parlab.instructor collect` and `autograde
+    --workers 3` with short limits set by the "instructor" (FAULT_ARGS). test_instructor.py
+    goes on with export and feedback on the same course root.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from parlab.grading import (
+    SOLUTIONS_DIR,
+    fake_submission,
+    generate_release,
+    grade_id,
+    list_modules,
+)
+from parlab.parallel_autograde import GradeRun, autograde_parallel
+
+TESTS_DIR = Path(__file__).resolve().parent
+FIXTURES_DIR = TESTS_DIR / "fixtures"
+FAULTS_DIR = TESTS_DIR.parent / "autograder" / "faults"
+FAULT_MODULE = "faultlab"
+FULL, BLANK = "alice", "bob"
+WORKERS = 3
+# The instructor's limits for the fault run: a cell may run 15 s, a notebook 120 s.
+CELL_TIMEOUT_S, SUBMISSION_TIMEOUT_S = 15, 120
+FAULT_ARGS = (f"--Execute.timeout={CELL_TIMEOUT_S}",
+              f"--ResilientExecute.submission_timeout={SUBMISSION_TIMEOUT_S}")
+
+
+@dataclass
+class CourseRun:
+    root: Path
+    sources: dict[str, Path]  # module -> its source folder (solutions/, fixtures/, faults/)
+    run: GradeRun
+    students: dict[str, list[str]] = field(default_factory=dict)  # module -> who submitted
+    steps: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)  # CLI calls
+
+    def autograded(self, student: str, module: str) -> nbformat.NotebookNode:
+        path = self.root / "autograded" / student / module / f"{module}.ipynb"
+        return nbformat.read(str(path), as_version=4)
+
+
+def _released(root: Path, sources: dict[str, Path]) -> None:
+    """Copy each module's source into root/solutions/ and release all, gradebook on."""
+    for module, src in sources.items():
+        shutil.copytree(src, root / "solutions" / module,
+                        ignore=shutil.ignore_patterns(".*", "__pycache__", "*.pyc"))
+    generate_release("*", root=root, database=True)
+
+
+def _submit(root: Path, student: str, module: str, notebook: nbformat.NotebookNode | str) -> None:
+    folder = root / "submitted" / student / module
+    shutil.copytree(root / "course" / module, folder)
+    path = folder / f"{module}.ipynb"
+    if isinstance(notebook, str):
+        path.write_text(notebook)
+    else:
+        nbformat.write(notebook, str(path))
+
+
+def full_answers(root: Path, module: str) -> nbformat.NotebookNode:
+    name = f"{module}.ipynb"
+    return fake_submission(root / "solutions" / module / name, root / "course" / module / name)
+
+
+def course_run(root: Path) -> CourseRun:
+    sources = {m: SOLUTIONS_DIR / m for m in list_modules(SOLUTIONS_DIR)}
+    sources.update({m: FIXTURES_DIR / m for m in list_modules(FIXTURES_DIR)})
+    _released(root, sources)
+    for module in sources:
+        _submit(root, FULL, module, full_answers(root, module))
+        _submit(root, BLANK, module, nbformat.read(
+            str(root / "course" / module / f"{module}.ipynb"), as_version=4))
+    run = autograde_parallel(root, "*", workers=WORKERS, record=False)
+    return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources})
+
+
+# --- the fault corpus -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fault:
+    """One corpus entry, autograder/faults/<name>.py (see autograder/README.md)."""
+
+    name: str
+    doc: str
+    answers: dict[str, str]  # answer cell grade_id -> the learner's code
+    edit_tests: dict[str, str]  # locked test cell grade_id -> what the learner put there
+    delete: list[str]  # grade_ids of cells the learner deleted
+    raw: object  # None, or a function from the notebook's JSON text to what was submitted
+    expect: dict[str, tuple[str, str]]  # test grade_id -> (ename, text in its message)
+    note: dict[str, str]  # test grade_id -> text of a note printed in that cell
+    max_seconds: float
+
+    @property
+    def student(self) -> str:
+        return f"fault-{self.name.replace('_', '-')}"
+
+
+def load_faults(folder: Path = FAULTS_DIR) -> list[Fault]:
+    faults = []
+    for path in sorted(folder.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"fault_{path.stem}", path)
+        entry = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(entry)
+        faults.append(Fault(
+            path.stem, (entry.__doc__ or "").strip(), getattr(entry, "ANSWERS", {}),
+            getattr(entry, "EDIT_TESTS", {}), list(getattr(entry, "DELETE", [])),
+            getattr(entry, "RAW", None), entry.EXPECT, getattr(entry, "NOTE", {}),
+            float(entry.MAX_SECONDS)))
+    return faults
+
+
+def broken(fault: Fault, full: nbformat.NotebookNode) -> str:
+    """alice's full-marks notebook, broken the way `fault` says; the text submitted."""
+    nb = nbformat.from_dict(nbformat.reads(nbformat.writes(full), as_version=4))
+    ids = {grade_id(c) for c in nb.cells}
+    missing = (set(fault.answers) | set(fault.edit_tests) | set(fault.delete)) - ids
+    if missing:
+        raise ValueError(f"fault {fault.name}: no cell {sorted(missing)} in {FAULT_MODULE}")
+    for cell in nb.cells:
+        gid = grade_id(cell)
+        cell.source = fault.answers.get(gid, fault.edit_tests.get(gid, cell.source))
+    nb.cells = [c for c in nb.cells if grade_id(c) not in fault.delete]
+    text = nbformat.writes(nb)
+    return fault.raw(text) if fault.raw else text
+
+
+def instructor(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python -m parlab.instructor --root ROOT ARGS`, what the make targets call."""
+    return subprocess.run([sys.executable, "-m", "parlab.instructor", "--root", str(root),
+                           *args], capture_output=True, text=True, cwd=TESTS_DIR.parent,
+                          timeout=1200)
+
+
+def fault_run(root: Path, inbox: Path) -> CourseRun:
+    shutil.copytree(FAULTS_DIR / FAULT_MODULE, root / "solutions" / FAULT_MODULE)
+    generate_release(FAULT_MODULE, root=root)  # what `make release` does (no gradebook)
+    name = f"{FAULT_MODULE}.ipynb"
+    full = full_answers(root, FAULT_MODULE)
+    handed_in = {inbox / FULL / name: nbformat.writes(full),
+                 inbox / BLANK / name: (root / "course" / FAULT_MODULE / name).read_text()}
+    students = [FULL, BLANK]
+    for fault in load_faults():
+        handed_in[inbox / fault.student / FAULT_MODULE / name] = broken(fault, full)
+        students.append(fault.student)
+    for path, text in handed_in.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    steps = {"collect": instructor(root, "collect", str(inbox)),
+             "autograde": instructor(root, "autograde", "--workers", str(WORKERS), "--",
+                                     *FAULT_ARGS)}
+    for step, proc in steps.items():
+        assert proc.returncode == 0 or step == "autograde", f"{step}: {proc.stderr[-3000:]}"
+    return CourseRun(root, {FAULT_MODULE: FAULTS_DIR / FAULT_MODULE}, GradeRun.load(root),
+                     {FAULT_MODULE: students}, steps)
