@@ -87,8 +87,9 @@ class ResilientExecute(Execute):
         self._token: str | None = None
         self.restarts = 0
         unreadable = self.nb.metadata.get(META, {}).get("unreadable")
-        if unreadable:
+        if unreadable:  # nothing to run: every test gets the reason
             self._finish(0, "InvalidNotebook", unreadable)
+            self.nb.metadata[META]["grading"] = {"seconds": 0.0, "restarts": 0}
             return self.nb, self.resources
         succeeded: list[int] = []  # cells to re-run after a restart
         index, why_stopped = 0, None
