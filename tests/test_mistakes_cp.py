@@ -13,27 +13,22 @@ slow test runs the deadlock under the checks' own default timeout.
 
 from __future__ import annotations
 
-import ast
-import itertools
-import re
 import textwrap
 import time
 import types
-from pathlib import Path
 
-import nbformat
+import mistakes
 import pytest
 from conftest import ROOT
+from mistakes import caught_by
 
 from parlab.check import CHECK_TIMEOUT_S, CheckFailed
 from parlab.check import cp as cpcheck
-from parlab.grading import is_answer_cell
 from parlab.launch import RankError
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "05_context_parallel" / "05_context_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "05_context_parallel"
-DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 TIMEOUT = 5.0
 CHECKS = {  # name -> (check(ns, t), launches ranks?)
     "check_merge": (lambda ns, t: cpcheck.check_merge(ns.merge, quiet=True), False),
@@ -44,29 +39,10 @@ CHECKS = {  # name -> (check(ns, t), launches ranks?)
     "check_layouts": (lambda ns, t: cpcheck.check_layouts(
         ns.layout_positions, world_size=t, timeout=TIMEOUT, quiet=True), True),
 }
-_counter = itertools.count()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
-    assert len(cells) == 5, "expected the imports cell and four answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
-    for index, source in enumerate(overlays):
-        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
-    return module
-
-
-def caught_by(path: Path) -> dict[str, str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
 
 
 def _sizes(check: str) -> tuple[int, ...]:

@@ -8,26 +8,21 @@ autograder/mistakes/01_memory_and_sharding/ runs on top, replacing what it defin
 
 from __future__ import annotations
 
-import ast
-import itertools
-import re
 import textwrap
 import types
-from pathlib import Path
 
-import nbformat
+import mistakes
 import pytest
 from conftest import ROOT
+from mistakes import caught_by
 
 from parlab.check import CheckFailed
 from parlab.check import fsdp as fsdpcheck
-from parlab.grading import is_answer_cell
 from parlab.launch import RankError
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "01_memory_and_sharding" / "01_memory_and_sharding.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "01_memory_and_sharding"
-DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 CHECKS = {
     "check_state_bytes": lambda ns, t: fsdpcheck.check_state_bytes(ns.state_bytes, ns.practice,
                                                                    quiet=True),
@@ -36,29 +31,10 @@ CHECKS = {
     "check_reshard_plan": lambda ns, t: fsdpcheck.check_reshard_plan(ns.plan_reshard,
                                                                      quiet=True),
 }
-_counter = itertools.count()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    module = types.ModuleType(f"learner_notebook_fsdp_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
-    assert len(cells) == 4, "expected the imports cell and three answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
-    for index, source in enumerate(overlays):
-        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
-    return module
-
-
-def caught_by(path: Path) -> dict[str, str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=3)
 
 
 CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")

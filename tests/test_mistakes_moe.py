@@ -9,26 +9,21 @@ file lists in CAUGHT_BY the checks that must reject it and a phrase the message 
 
 from __future__ import annotations
 
-import ast
-import itertools
-import re
 import textwrap
 import types
-from pathlib import Path
 
-import nbformat
+import mistakes
 import pytest
 from conftest import ROOT
+from mistakes import caught_by
 
 from parlab.check import CheckFailed
 from parlab.check import moe as moecheck
-from parlab.grading import is_answer_cell
 from parlab.launch import RankError
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "06_expert_parallel" / "06_expert_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "06_expert_parallel"
-DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 LOCAL = {"check_router", "check_capacity"}  # run in this process: no world size
 CHECKS = {
     "check_router": lambda ns, t: moecheck.check_router(ns.router, quiet=True),
@@ -38,29 +33,10 @@ CHECKS = {
     "check_ep_capacity": lambda ns, t: moecheck.check_ep_capacity(ns.ep_moe_capacity,
                                                                   world_size=t, quiet=True),
 }
-_counter = itertools.count()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    module = types.ModuleType(f"learner_notebook_moe_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
-    assert len(cells) == 5, "expected the imports cell and four answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
-    for index, source in enumerate(overlays):
-        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
-    return module
-
-
-def caught_by(path: Path) -> dict[str, str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
 
 
 def _sizes(check: str) -> tuple[int, ...]:

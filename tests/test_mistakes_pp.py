@@ -10,26 +10,21 @@ sys.modules, so cloudpickle ships its functions to the ranks by value, like note
 
 from __future__ import annotations
 
-import ast
-import itertools
-import re
 import textwrap
 import types
-from pathlib import Path
 
-import nbformat
+import mistakes
 import pytest
 from conftest import ROOT
+from mistakes import caught_by
 
 from parlab.check import CheckFailed
 from parlab.check import pp as ppcheck
-from parlab.grading import is_answer_cell
 from parlab.launch import RankError
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "04_pipeline_parallel" / "04_pipeline_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "04_pipeline_parallel"
-DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 CHECKS = {
     "check_1f1b": lambda ns, t: ppcheck.check_1f1b(ns.one_f_one_b, quiet=True),
     "check_p2p_step": lambda ns, t: ppcheck.check_p2p_step(ns.forward_step, ns.backward_step,
@@ -40,29 +35,10 @@ CHECKS = {
 }
 ON_RANKS = {"check_p2p_step", "check_placement"}  # the others do not depend on t
 NAMES_RANK = {"check_1f1b", "check_p2p_step"}  # their messages say which rank
-_counter = itertools.count()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
-    assert len(cells) == 5, "expected the imports cell and four answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
-    for index, source in enumerate(overlays):
-        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
-    return module
-
-
-def caught_by(path: Path) -> dict[str, str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
 
 
 def _sizes(check: str) -> tuple[int, ...]:

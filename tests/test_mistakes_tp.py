@@ -10,26 +10,21 @@ sys.modules, so cloudpickle ships its classes to the ranks by value, like notebo
 
 from __future__ import annotations
 
-import ast
-import itertools
-import re
 import textwrap
 import types
-from pathlib import Path
 
-import nbformat
+import mistakes
 import pytest
 from conftest import ROOT
+from mistakes import caught_by
 
 from parlab.check import CheckFailed
 from parlab.check import tp as tpcheck
-from parlab.grading import is_answer_cell
 from parlab.launch import RankError
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "02_tensor_parallel"
-DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 CHECKS = {
     "check_f_g": lambda ns, t: tpcheck.check_f_g(ns.f, ns.g, world_size=t, quiet=True),
     "check_parallel_linears": lambda ns, t: tpcheck.check_parallel_linears(
@@ -42,29 +37,10 @@ CHECKS = {
     "check_tp_block": lambda ns, t: tpcheck.check_tp_block(ns.TPBlock, ns.layer_bytes,
                                                            world_size=t, quiet=True),
 }
-_counter = itertools.count()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    """The solutions notebook's imports and answers, then each overlay's source, in one module."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
-    assert len(cells) == 7, "expected the imports cell and six answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
-    for index, source in enumerate(overlays):
-        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
-    return module
-
-
-def caught_by(path: Path) -> dict[str, str]:
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=6)
 
 
 CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")

@@ -1,0 +1,46 @@
+"""Shared by the tests/test_mistakes_*.py files: run a module's answers like notebook cells.
+
+The solutions notebook's imports cell and answer cells (BEGIN/END SOLUTION lines dropped) run
+into one fresh module that is not in sys.modules, so cloudpickle ships its classes to the
+ranks by value, as it does for a learner's cells; a mistake file from autograder/mistakes/
+runs on top, replacing what it defines. Each mistake file lists in CAUGHT_BY the checks that
+must reject it and a phrase the message must contain.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import types
+from pathlib import Path
+
+import nbformat
+
+from parlab.grading import is_answer_cell
+
+DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+_counter = itertools.count()
+
+
+def learner_namespace(notebook: Path, *overlays: str, answers: int) -> types.ModuleType:
+    """The notebook's imports and its `answers` answer cells, then each overlay, in one module."""
+    nb = nbformat.read(notebook, as_version=4)
+    module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    assert len(cells) == answers + 1, f"expected the imports cell and {answers} answer cells"
+    for cell in cells:
+        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
+        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for index, source in enumerate(overlays):
+        exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
+    return module
+
+
+def caught_by(path: Path) -> dict[str, str]:
+    """A mistake file's CAUGHT_BY = {check name: phrase its message must contain}."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
