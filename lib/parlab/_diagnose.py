@@ -21,7 +21,7 @@ P2P_CYCLE_S = 3.0  # ranks waiting on each other's send/recv in a cycle this lon
 # (a transfer already posted with isend finishes in milliseconds on one machine)
 _OTHER = {"recv": "send", "send": "recv"}
 _COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
-                 "ECONNRESET", "Socket closed", "Connection refused")
+                 "ECONNRESET", "Socket closed", "Connection refused", "monitoredBarrier")
 _MISMATCH = ("Detected mismatch between collectives", "mismatch between collectives")
 
 
