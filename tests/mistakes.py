@@ -44,3 +44,16 @@ def caught_by(path: Path) -> dict[str, str]:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
             return ast.literal_eval(node.value)
     raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
+
+
+def assert_corpus_documented(folder: Path, required: set[str], checks: dict) -> None:
+    """The issue's mistakes are all there, each runs under known checks, and README.md lists
+    every file with the phrase its message must contain."""
+    names = {p.stem for p in folder.glob("*.py")}
+    assert required <= names, f"missing mistakes: {sorted(required - names)}"
+    readme = (folder / "README.md").read_text()
+    for path in sorted(folder.glob("*.py")):
+        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
+        for check, phrase in caught_by(path).items():
+            assert check in checks, f"{path.name}: unknown check {check}"
+            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"

@@ -55,15 +55,8 @@ CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
 
 
 def test_corpus_is_complete_and_documented():
-    names = {p.stem for p in MISTAKES.glob("*.py")}
     required = {"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block", "recv_before_send"}
-    assert required <= names, f"missing mistakes: {sorted(required - names)}"
-    readme = (MISTAKES / "README.md").read_text()
-    for path in sorted(MISTAKES.glob("*.py")):
-        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
-        for check, phrase in caught_by(path).items():
-            assert check in CHECKS, f"{path.name}: unknown check {check}"
-            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+    mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
 @pytest.mark.parametrize("check, t", [(c, t) for c in sorted(CHECKS) for t in _sizes(c)])
