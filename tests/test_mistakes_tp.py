@@ -49,16 +49,9 @@ CASES = [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
 
 
 def test_corpus_is_complete_and_documented():
-    names = {p.stem for p in MISTAKES.glob("*.py")}
     required = {"missing_backward_allreduce", "allreduce_twice", "wrong_shard",
                 "bias_every_rank", "swapped_order"}
-    assert required <= names, f"missing mistakes: {sorted(required - names)}"
-    readme = (MISTAKES / "README.md").read_text()
-    for path in sorted(MISTAKES.glob("*.py")):
-        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
-        for check, phrase in caught_by(path).items():
-            assert check in CHECKS, f"{path.name}: unknown check {check}"
-            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+    mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
 @pytest.mark.parametrize("t", [2, 4])
