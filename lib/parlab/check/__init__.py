@@ -12,7 +12,8 @@ relative; we allow `rtol=1e-5, atol=1e-6` unless a check states otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -67,6 +68,38 @@ def not_reexport(fn: Callable[..., Any], *, name: str) -> None:
     if module == "parlab" or module.startswith("parlab."):
         fail(f"{name} is {module}.{getattr(target, '__qualname__', name)}, the course's own "
              "reference; the exercise is to write it yourself")
+
+
+_REFUSAL: list[str] = []  # what a blocked reference says while `blocked_reference` is active
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    """Its code replaces a reference function's: it runs with that function's globals, so it
+    names nothing of this module's namespace directly."""
+    from parlab.check import _REFUSAL as said
+    from parlab.check import CheckFailed as Failed
+
+    raise Failed(said[-1])
+
+
+@contextlib.contextmanager
+def blocked_reference(functions: Iterable[Callable[..., Any]], message: str) -> Iterator[None]:
+    """Inside the block, each of `functions` raises CheckFailed(message).
+
+    Their code objects are swapped rather than their names rebound, so an answer that reached
+    them through an alias, a wrapper or a subclass is refused too. Functions with closures
+    cannot be swapped (Python refuses); pass plain functions and methods.
+    """
+    saved = [(fn, fn.__code__) for fn in functions]
+    _REFUSAL.append(message)
+    for fn, _ in saved:
+        fn.__code__ = _refuse.__code__
+    try:
+        yield
+    finally:
+        for fn, code in saved:
+            fn.__code__ = code
+        _REFUSAL.pop()
 
 
 def ranks(worker: Callable[..., Any], world_size: int, *args: Any,

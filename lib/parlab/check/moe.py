@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from parlab import check
 from parlab.check import CheckFailed, assert_close, assert_equal, fail, not_reexport
 
 __all__ = ["check_router", "check_capacity", "CheckFailed", "blocked_reference"]
@@ -53,26 +54,9 @@ def _functions() -> list[Callable[..., Any]]:
             moe_dispatch._run_local, moe_dispatch.AllToAll.forward, moe_dispatch.AllToAll.backward])
 
 
-def _blocked(*args: Any, **kwargs: Any) -> Any:
-    """Its code replaces the reference's: it runs with that function's globals, so it names
-    nothing from this module."""
-    from parlab.check import CheckFailed as Failed
-    from parlab.check.moe import REFERENCE as TEXT
-
-    raise Failed(TEXT)
-
-
-@contextlib.contextmanager
-def blocked_reference() -> Iterator[None]:
+def blocked_reference() -> contextlib.AbstractContextManager[None]:
     """Inside the block, every function of parlab's MoE reference raises CheckFailed."""
-    saved = [(fn, fn.__code__) for fn in _functions()]
-    for fn, _ in saved:
-        fn.__code__ = _blocked.__code__
-    try:
-        yield
-    finally:
-        for fn, code in saved:
-            fn.__code__ = code
+    return check.blocked_reference(_functions(), REFERENCE)
 
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
