@@ -1,0 +1,238 @@
+"""The planner against closed forms worked out here by hand, and the seeds' worked answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from parlab import plan
+from parlab.plan import Cluster, Model
+
+GB = 1e9
+STATE = ("weights", "gradients", "optimizer state")
+
+
+def state(p: plan.Plan) -> float:
+    return sum(p.memory[k] for k in STATE)
+
+
+def seed70(**kw) -> plan.Plan:
+    return plan.evaluate(plan.SEED_70B, plan.H100_32, global_batch=1024, **kw)
+
+
+# --- practice problem 1: 70B on 32 H100s -------------------------------------------------------
+
+def test_70b_pure_ddp_is_rejected_for_memory():
+    p = seed70(dp=32, strategy="ddp")
+    assert state(p) == pytest.approx(70e9 * (2 + 2 + 12))  # 1120 GB on every GPU
+    assert not p.kept
+    assert p.reasons[0].startswith("memory 1,211.3 GB per GPU (state 1,120.0 GB")
+    assert "> 72.0 GB usable" in p.reasons[0]
+
+
+def test_70b_zero3_over_32_fits_at_35_gb_of_state():
+    p = seed70(dp=32, strategy="zero3", recompute="full")
+    s, h, layers = 4096, 8192, 80
+    assert state(p) == pytest.approx(1120e9 / 32)  # 35 GB
+    assert p.memory["gathered weights"] == pytest.approx(2 * 2 * 70e9 / layers)
+    # full recomputation: every layer keeps its bf16 input, one layer is rebuilt at a time
+    assert p.memory["activations"] == pytest.approx(layers * 2 * s * h + 34 * s * h)
+    assert p.kept and p.memory_total < 0.9 * 80e9
+    assert p.axis("dp").nodes == 4 and p.axis("dp").link == "InfiniBand"
+    # keeping every activation (34 sbh a layer) does not fit: 80 layers of 1.14 GB
+    keep_all = seed70(dp=32, strategy="zero3", recompute="selective")
+    assert keep_all.memory["activations"] == pytest.approx(layers * 34 * s * h)
+    assert not keep_all.kept and keep_all.reasons[0].startswith("memory")
+
+
+def test_70b_tp8_inside_a_node_dp4_across_nodes():
+    p = seed70(dp=4, tp=8, strategy="zero1", recompute="full")
+    tp, dp = p.axis("tp"), p.axis("dp")
+    assert (tp.nodes, tp.link, tp.bandwidth) == (1, "NVLink", 450e9)
+    assert (dp.nodes, dp.link, dp.bandwidth) == (4, "InfiniBand", 50e9)
+    m = 1024 // 4
+    assert p.microbatches == m
+    per_layer = 4 * 2 * 7 / 8 * (4096 * 8192 * 2)  # 4 ring all-reduces of b·s·h bf16
+    assert tp.nbytes == pytest.approx(m * 80 * per_layer)
+    assert tp.seconds == pytest.approx(tp.nbytes / 450e9)
+    assert dp.nbytes == pytest.approx(2 * 3 / 4 * 2 * 70e9 / 8)  # one all-reduce of bf16 grads
+    assert state(p) == pytest.approx(4 * 70e9 / 8 + 12 * 70e9 / 8 / 4)
+    assert p.kept
+    assert any("TP 8 on NVLink inside a node" in r for r in p.reasons)
+
+
+def test_tp_that_leaves_the_node_is_rejected():
+    p = seed70(dp=2, tp=16, strategy="zero3", recompute="full")
+    assert p.axis("tp").nodes == 2 and p.axis("tp").link == "InfiniBand"
+    assert not p.kept
+    assert any(r.startswith("TP 16 spans 2 nodes") and "50 GB/s" in r for r in p.reasons)
+
+
+# --- seed 003 section 8: 512 H100s as TP 8 × PP 8 × DP 8 ---------------------------------------
+
+def test_512_h100_tp8_pp8_dp8():
+    p = plan.evaluate(plan.MODEL_512, plan.H100_512, dp=8, tp=8, pp=8, global_batch=1920)
+    assert p.kept
+    assert p.axis("tp").nodes == 1 and p.axis("tp").link == "NVLink"
+    assert p.axis("pp").nodes == 8 and p.axis("pp").link == "InfiniBand"  # ranks 0, 8, .., 56
+    assert p.axis("dp").nodes == 8 and p.axis("dp").link == "InfiniBand"  # ranks 0, 64, .., 448
+    m, s, h, t = 1920 // 8, 2048, 20480, 8
+    assert p.axis("pp").nbytes == pytest.approx(m * 2 * (2 * s * h / t))  # act fwd, grad bwd
+    assert p.bubble == pytest.approx(7 / (m + 7))
+    top = plan.best(plan.plan(plan.MODEL_512, plan.H100_512, global_batch=1920))
+    assert (top.tp, top.pp, top.dp, top.cp, top.ep) == (8, 8, 8, 1, 1)
+
+
+# --- practice problem 2: TP bytes per layer, PP micro-batches for a 15% bubble -----------------
+
+def test_practice_problem_2():
+    model = Model("h8192", 8 * 12 * 8192**2, layers=8, hidden=8192, heads=64, seq=8192)
+    cluster = Cluster("64 H100", gpus=64, gpus_per_node=8, memory=80e9, intra_bw=450e9,
+                      inter_bw=50e9, flops=1e15)
+    per_layer = 4 * 2 * 7 / 8 * (1 * 8192 * 8192 * 2)
+    assert per_layer == 896 * 2**20  # 4 × 224 MiB: the seed's "~896 MB"
+    p = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=40)
+    assert p.microbatches == 40
+    assert p.axis("tp").nbytes == pytest.approx(40 * 1 * per_layer)  # 1 layer per stage
+    # ~2.1 ms a layer at 450 GB/s each way; the seed's ~1.0 ms divides by 900 GB/s (both ways)
+    assert p.axis("tp").seconds / 40 == pytest.approx(2.1e-3, rel=0.01)
+    assert p.bubble == pytest.approx(7 / 47) and p.bubble <= 0.15
+    fewer = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=39)
+    assert fewer.bubble == pytest.approx(7 / 46) and fewer.bubble > 0.15
+
+
+# --- published configurations -------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, cluster, batch, published", [
+    (plan.LLAMA3_405B, plan.LLAMA3_CLUSTER, 2048, {"tp": 8, "pp": 16, "dp": 128}),
+    (plan.MEGATRON_1T, plan.MEGATRON_CLUSTER, 3072, {"tp": 8, "pp": 64, "dp": 6}),
+])
+def test_published_configurations(model, cluster, batch, published):
+    top = plan.best(plan.plan(model, cluster, global_batch=batch))
+    assert top.kept and top.memory_total <= 0.9 * cluster.memory
+    assert top.tp > 1 and top.axis("tp").intra_node
+    theirs = plan.evaluate(model, cluster, **published, strategy="zero1", recompute="full",
+                           global_batch=batch)
+    assert theirs.kept and theirs.axis("tp").intra_node
+    assert not theirs.axis("pp").intra_node and not theirs.axis("dp").intra_node
+
+
+def test_moe_expert_parallel_bytes_and_link():
+    p = plan.evaluate(plan.DEEPSEEK_V3, plan.DEEPSEEK_CLUSTER, dp=2, pp=16, ep=64,
+                      recompute="full", global_batch=15360)
+    ep = p.axis("ep")
+    assert ep.nodes == 8 and ep.link == "InfiniBand"  # 64 consecutive ranks
+    m, tokens, k, experts, h = 15360 // (2 * 64), 4096, 8, 256, 7168
+    capacity = math.ceil(tokens * k / experts)  # 128 slots per expert
+    buffer = experts * capacity * h * 2
+    per_layer = 2 * 2 * 63 / 64 * buffer  # dispatch + combine, forward and backward
+    assert ep.nbytes == pytest.approx(m * math.ceil(58 / 16) * per_layer)
+    assert p.axis("dp").size == 128  # dense weights are shared by dp × ep ranks
+    dense_layer = (671e9 - plan.DEEPSEEK_V3.expert_params - 2 * 129280 * h) / 61
+    dense = 4 * dense_layer + 129280 * h  # 4 layers and the embedding on stage 0
+    expert = plan.DEEPSEEK_V3.expert_params * 4 / 61 / 64
+    assert p.memory["weights"] == pytest.approx(2 * (dense + expert))
+    assert p.memory["optimizer state"] == pytest.approx(12 * (dense / 128 + expert / 2))
+
+
+# --- links from the rank grid -------------------------------------------------------------------
+
+def small(gpus: int, per_node: int) -> tuple[Model, Cluster]:
+    model = Model("small", 1e9, layers=12, hidden=768, heads=12, seq=1024)
+    return model, Cluster("small", gpus=gpus, gpus_per_node=per_node, memory=80e9,
+                          intra_bw=450e9, inter_bw=50e9, flops=1e15)
+
+
+def test_each_axis_is_placed_on_the_link_its_groups_ride():
+    model, cluster = small(8, 4)
+    p = plan.evaluate(model, cluster, dp=1, tp=2, pp=4, global_batch=8)
+    assert p.axis("tp").intra_node  # [0, 1] [2, 3] ...
+    assert p.axis("pp").nodes == 2 and p.axis("pp").link == "InfiniBand"  # [0, 2, 4, 6]
+    q = plan.evaluate(model, cluster, dp=2, tp=2, pp=2, global_batch=8)
+    assert q.axis("pp").intra_node and q.axis("dp").nodes == 2  # pp [0, 2]; dp [0, 4]
+    model, cluster = small(12, 4)
+    r = plan.evaluate(model, cluster, dp=4, tp=3, global_batch=8)
+    assert r.axis("tp").nodes == 2 and not r.kept  # [3, 4, 5] straddles nodes 0 and 1
+
+
+def test_compute_time_and_recompute_overhead():
+    model, cluster = small(8, 8)
+    p = plan.evaluate(model, cluster, dp=8, global_batch=64, strategy="ddp")
+    useful = 6 * 1e9 * 64 * 1024 / (8 * 1e15)
+    assert p.times["compute useful"] == pytest.approx(useful)
+    assert p.times["compute overhead"] == pytest.approx(0)
+    q = plan.evaluate(model, cluster, dp=8, global_batch=64, strategy="ddp", recompute="full")
+    assert q.times["compute overhead"] == pytest.approx(useful / 3)  # 8N instead of 6N
+    assert p.mfu == pytest.approx(useful / p.step_s)
+
+
+def test_dp_traffic_and_what_its_window_hides():
+    model, cluster = small(16, 8)
+    m, useful = 8, 6 * 1e9 * 128 * 1024 / (16 * 1e15)
+    ddp = plan.evaluate(model, cluster, dp=16, global_batch=128, strategy="ddp")
+    assert ddp.axis("dp").nbytes == pytest.approx(2 * 15 / 16 * 2e9)  # once a step
+    hidden = 2 / 3 * useful / m  # the last micro-batch's backward
+    assert ddp.times["DP exposed"] == pytest.approx(ddp.axis("dp").seconds - hidden)
+    z2 = plan.evaluate(model, cluster, dp=16, global_batch=128, strategy="zero2")
+    assert z2.axis("dp").nbytes == pytest.approx((m + 1) * 15 / 16 * 2e9)  # RS each, AG once
+    z3 = plan.evaluate(model, cluster, dp=16, global_batch=128, strategy="zero3")
+    assert z3.axis("dp").nbytes == pytest.approx(m * 3 * 15 / 16 * 2e9)  # every micro-batch
+    assert z3.times["DP exposed"] == pytest.approx(max(0, z3.axis("dp").seconds - useful))
+
+
+def test_1f1b_first_stage_holds_min_p_m_microbatches():
+    model, cluster = small(8, 8)
+    per_layer = 34 * 1024 * 768  # selective recompute, t = 1
+    few = plan.evaluate(model, cluster, dp=1, pp=8, global_batch=4)  # m = 4 < p
+    many = plan.evaluate(model, cluster, dp=1, pp=8, global_batch=64)
+    assert few.memory["activations"] == pytest.approx(4 * 2 * per_layer)  # 2 layers a stage
+    assert many.memory["activations"] == pytest.approx(8 * 2 * per_layer)
+
+
+# --- ranking and rejections ---------------------------------------------------------------------
+
+def test_ranking_keeps_before_rejects_and_orders_by_step_time():
+    plans = plan.plan(plan.SEED_70B, plan.H100_32, global_batch=1024)
+    kept = [p for p in plans if p.kept]
+    assert plans[: len(kept)] == kept and kept and len(kept) < len(plans)
+    assert [p.step_s for p in kept] == sorted(p.step_s for p in kept)
+    assert all(p.reasons for p in plans)
+    assert "REJECTED" in plan.table(plans) and kept[0].label in plan.table(plans)
+
+
+def test_shapes_the_model_cannot_take_are_rejected_with_reasons():
+    cluster = Cluster("24", gpus=24, gpus_per_node=8, memory=80e9, intra_bw=450e9,
+                      inter_bw=50e9, flops=1e15)
+    p = plan.evaluate(plan.SEED_70B, cluster, dp=8, tp=3, global_batch=100)
+    assert not p.kept
+    assert any("64 heads" in r and "tp=3" in r for r in p.reasons)
+    assert any("global batch 100" in r for r in p.reasons)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dp": 4}, "32 GPUs"),
+    ({"dp": 32, "strategy": "zero4"}, "strategy"),
+    ({"dp": 32, "recompute": "some"}, "recompute"),
+    ({"dp": 32, "usable": 1.5}, "usable"),
+    ({"dp": 32, "micro_batch": 0}, "micro_batch"),
+])
+def test_bad_options_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plan.evaluate(plan.SEED_70B, plan.H100_32, global_batch=1024, **kwargs)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: Model("m", 70e9, layers=0, hidden=8192, heads=64, seq=4096), "Model.layers"),
+    (lambda: Model("m", 70, layers=80, hidden=8192, heads=64, seq=4096, vocab=32000),
+     "n_params"),
+    (lambda: Model("m", 70e9, layers=80, hidden=8192, heads=64, seq=4096, experts=8),
+     "top_k and expert_params"),
+    (lambda: Cluster("c", gpus=12, gpus_per_node=8, memory=80e9, intra_bw=1, inter_bw=1,
+                     flops=1), "multiple of gpus_per_node"),
+    (lambda: Cluster("c", gpus=8, gpus_per_node=8, memory=-1, intra_bw=1, inter_bw=1,
+                     flops=1), "Cluster.memory"),
+])
+def test_bad_inputs_name_the_field(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
