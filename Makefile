@@ -34,6 +34,18 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+AS_ROOT := $(if $(filter 0,$(shell id -u)),,sudo -n)
+CHROMIUM ?= /usr/bin/chromium
+
+# tests/test_browser.py drives Debian's chromium (Playwright never downloads a browser here).
+# Best effort: without apt-get, root or passwordless sudo it says so and the test skips.
+.PHONY: browser
+browser:
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for tests/test_browser.py"; \
+	  { $(AS_ROOT) apt-get update -qq && \
+	    $(AS_ROOT) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	    >/dev/null 2>&1 || echo "could not install chromium: the browser test will skip"; }
+
 WORKSPACE ?= workspace
 
 # JupyterLab opens on workspace/, the learner's own copy of course/: answers never dirty the
@@ -45,7 +57,7 @@ lab: setup
 	done
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(WORKSPACE) $(ROOT_FLAG) $(ARGS)
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
