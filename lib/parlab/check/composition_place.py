@@ -1,0 +1,100 @@
+r"""Graded check of module 07, exercise 2: put each axis on the topology and price it.
+
+`nodes_spanned(groups, gpus_per_node)` → the most nodes any one group touches (1: every group
+stays inside a node, on NVLink), compared with `parlab.plan_costs.nodes_spanned` on the groups
+of several grids and node sizes.
+`bytes_per_step(n_params, layers, hidden, seq, *, b, m, tp, pp, dp)` → {"tp", "pp", "dp"}: the
+bytes one GPU sends per optimizer step on each axis of a dense model (no vocabulary, plain DDP,
+TP with sequence parallelism, 1F1B), compared with `parlab.plan_costs.axis_bytes` to 1e-9:
+
+$$V_\text{tp} = m \lceil L/p \rceil \cdot 16\tfrac{t-1}{t}\,bsh,\qquad
+  V_\text{pp} = m \cdot 2 \cdot \frac{2bsh}{t}\ (p>1),\qquad
+  V_\text{dp} = 2\tfrac{d-1}{d}\cdot 2\,\frac{P}{t}\frac{\lceil L/p \rceil}{L}$$ (bytes, bf16).
+The stage priced is the fullest one, with $\lceil L/p \rceil$ of the L layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from parlab.check import fail, not_reexport
+from parlab.check.composition import GRIDS, _call
+
+__all__ = ["check_placement"]
+SPANS_HINT = ("a group's ranks r sit on node r // gpus_per_node; count the distinct nodes of "
+              "each group and return the largest count")
+BYTES_HINTS = {
+    "tp": "TP sends 16 (t-1)/t · b s h bytes per layer (four bf16 ring all-reduces), for each "
+          "of the ceil(L/p) layers of a stage and each of the m micro-batches",
+    "pp": "PP sends one bf16 activation forward and one gradient backward per micro-batch; "
+          "with sequence parallelism each TP rank sends its 1/t shard: m · 2 · 2bsh/t (0 when "
+          "p = 1)",
+    "dp": "DP all-reduces this rank's bf16 gradients once a step: 2 (d-1)/d · 2 bytes times "
+          "the fullest stage's parameters over t, P/t · ceil(L/p)/L (0 when d = 1)",
+}
+MODELS = [  # n_params, layers, hidden, seq, b, m, tp, pp, dp
+    (530e9, 105, 20480, 2048, 1, 240, 8, 8, 8), (70e9, 80, 8192, 4096, 1, 32, 8, 1, 4),
+    (7e9, 32, 4096, 4096, 2, 4, 2, 2, 2), (175e9, 96, 12288, 2048, 1, 64, 4, 8, 16),
+    (1e9, 24, 2048, 1024, 4, 1, 1, 1, 64),
+]
+
+
+def _spans_reference(world: int, sizes: dict[str, int], axis: str, per_node: int) -> int:
+    from parlab.mesh import make_mesh
+    from parlab.plan_costs import nodes_spanned
+
+    return nodes_spanned(make_mesh(world, **sizes), (axis,), per_node)
+
+
+def _check_spans(nodes_spanned: Callable[[list, int], int], quiet: bool) -> None:
+    from parlab.mesh import AXES, make_mesh
+
+    cases = [(w, s, n) for w, s in GRIDS for n in (2, 4, 8) if w > 1]
+    for world, sizes, per_node in cases if quiet else cases[:3]:
+        mesh = make_mesh(world, **sizes)
+        for axis in AXES:
+            groups = mesh.groups(axis)
+            label = f"nodes_spanned({groups}, gpus_per_node={per_node})"
+            got = _call(label, nodes_spanned, [list(g) for g in groups], per_node)
+            want = _spans_reference(world, sizes, axis, per_node)
+            if got != want:
+                fail(f"{label}: expected {want}, got {got!r}", hint=SPANS_HINT)
+
+
+def _bytes_reference(n: float, layers: int, hidden: int, seq: int, *, b: int, m: int, tp: int,
+                     pp: int, dp: int) -> dict[str, float]:
+    from parlab.plan_costs import axis_bytes
+    from parlab.plan_types import Model, Shape
+
+    model = Model("check", n, layers, hidden, math.lcm(tp, 8), seq)
+    out = axis_bytes(model, Shape(dp, pp, 1, 1, tp), strategy="ddp", micro_batch=b,
+                     microbatches=m)
+    return {axis: out[axis] for axis in ("tp", "pp", "dp")}
+
+
+def _check_bytes(bytes_per_step: Callable[..., dict], quiet: bool) -> None:
+    for n, layers, h, s, b, m, tp, pp, dp in MODELS if quiet else MODELS[:2]:
+        label = (f"bytes_per_step({n:g}, {layers}, {h}, {s}, b={b}, m={m}, tp={tp}, pp={pp}, "
+                 f"dp={dp})")
+        got = _call(label, bytes_per_step, n, layers, h, s, b=b, m=m, tp=tp, pp=pp, dp=dp)
+        if not isinstance(got, dict):
+            fail(f"{label} returned {type(got).__name__}, expected a dict with tp, pp, dp")
+        want = _bytes_reference(n, layers, h, s, b=b, m=m, tp=tp, pp=pp, dp=dp)
+        for axis, value in want.items():
+            v = got.get(axis)
+            if not isinstance(v, (int, float)) or abs(v - value) > 1e-9 * max(1.0, value):
+                fail(f"{label}[{axis!r}]: expected {value:.6g} bytes, got {v!r}",
+                     hint=BYTES_HINTS[axis])
+
+
+def check_placement(nodes_spanned: Callable[[list, int], int],
+                    bytes_per_step: Callable[..., dict], *, quiet: bool = False) -> Any:
+    """Both functions of exercise 2 against parlab.plan_costs."""
+    not_reexport(nodes_spanned, name="nodes_spanned")
+    not_reexport(bytes_per_step, name="bytes_per_step")
+    _check_spans(nodes_spanned, quiet)
+    _check_bytes(bytes_per_step, quiet)
+    if not quiet:
+        print("nodes_spanned and bytes_per_step OK: they agree with parlab's planner")
