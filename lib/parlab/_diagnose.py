@@ -161,7 +161,10 @@ class Watch:
             if s.get("state") != "in" or now - s.get("t", now) < SURE_HANG_S:
                 continue
             peers = [r for r in s.get("group", []) if r != rank]
-            if peers and all(r in results for r in peers):
+            # the peers returned a while ago, not just now: a wait their last call satisfied
+            # may not have noticed yet (a slow rank's recv completing our isend)
+            if peers and all(r in results and now - self.state(r).get("t", now) >= SURE_HANG_S
+                             for r in peers):
                 hint = ("some rank skipped a collective that the others made" if not
                         s.get("p2p") else "its peer never made the matching send/recv, or "
                         "returned without calling .wait() on its isend/irecv request (an "
@@ -214,6 +217,9 @@ class Watch:
             reason = (f"no result within timeout={self.timeout:g} s. Likely causes: ranks "
                       "that wait for each other (a collective or a recv that some rank never "
                       "reaches), or an endless loop")
+            if any(self.state(r).get("kind") == "new_group" for r in range(len(self.statuses))):
+                reason += (". dist.new_group is collective over the whole world: every rank "
+                           "must create every group, in the same order, even those it is not in")
         self._raise(elapsed, reason, results)
 
     def _raise(self, elapsed: float, reason: str, results: dict[int, Any]) -> None:

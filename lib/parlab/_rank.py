@@ -45,7 +45,8 @@ def _status_listener(status: Any):
         _publish(status, {
             "state": "in" if phase == "start" else "after",
             "what": event.describe(), "kind": event.kind,
-            "group": list(event.group_ranks), "p2p": event.group_size == 2 and
+            "group": list(range(dist.get_world_size())) if event.kind == "new_group"
+            else list(event.group_ranks), "p2p": event.group_size == 2 and
             event.kind.replace("wait(", "").rstrip(")") in ("send", "recv", "isend", "irecv"),
             "call": calls[0], "t": time.time(),
         })

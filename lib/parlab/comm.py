@@ -48,6 +48,8 @@ class Event:
     dtype: str = ""
 
     def describe(self) -> str:
+        if self.kind == "new_group":
+            return f"new_group(ranks {list(self.group_ranks)})"
         peers = f" with ranks {list(self.group_ranks)}" if self.group_ranks else ""
         return f"{self.kind}(tensor {tuple(self.shape)} {self.dtype}, {self.nbytes} B){peers}"
 
@@ -133,6 +135,7 @@ _COLLECTIVES = [
     "all_gather_object", "broadcast_object_list",
 ]
 _P2P = ["send", "recv", "isend", "irecv"]  # batch_isend_irecv calls isend/irecv
+_SETUP = ["new_group"]  # collective over the whole world; seen by the launcher, not traced
 
 
 def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
@@ -150,6 +153,10 @@ def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
 
 
 def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
+    if kind == "new_group":
+        ranks = args[0] if args else kwargs.get("ranks")
+        members = tuple(ranks) if ranks else tuple(range(dist.get_world_size()))
+        return Event(kind, len(members), 0, 0.0, members)
     tensor, n = _payload(kind, args, kwargs)
     if kind in _P2P:
         ranks: tuple[int, ...] = _peer(args, kwargs)
@@ -215,7 +222,7 @@ def install() -> None:
     """Wrap torch.distributed's communication functions once (idempotent)."""
     if _originals:
         return
-    for kind in _COLLECTIVES + _P2P:
+    for kind in _COLLECTIVES + _P2P + _SETUP:
         fn = getattr(c10d, kind, None)
         if fn is not None:
             _originals[kind] = fn
@@ -265,7 +272,7 @@ def trace() -> Iterator[Trace]:
     record = Trace()
 
     def listener(phase: str, event: Event) -> None:
-        if phase == "end" and not event.kind.startswith("wait("):
+        if phase == "end" and not event.kind.startswith("wait(") and event.kind not in _SETUP:
             record.events.append(event)
 
     add_listener(listener)

@@ -32,7 +32,7 @@ from parlab.check import CheckFailed, assert_close, fail, not_reexport, ranks
 from parlab.check.composition import _reference_functions
 from parlab.launch import CollectiveTimeout, RankError
 
-__all__ = ["check_sync_gradients", "check_capstone", "CheckFailed"]
+__all__ = ["check_sync_gradients", "check_capstone", "optimizer", "CheckFailed"]
 REFERENCE = ("your answer runs parlab.capstone's (or parlab.mesh's) own implementation; the "
              "exercise is to write it yourself from your build_groups and the pieces the "
              "notebook lists")
@@ -58,7 +58,9 @@ def _sgd(model: Any, lr: float) -> Any:
 
 
 @contextlib.contextmanager
-def _optimizer(kind: str) -> Iterator[None]:
+def optimizer(kind: str) -> Iterator[None]:
+    """Inside the block, parlab.capstone.make_optimizer makes plain SGD when kind is "sgd"
+    (AdamW otherwise), in this process: a learner's loop and train_single alike."""
     from parlab import capstone
 
     saved = capstone.make_optimizer.__code__
@@ -131,12 +133,12 @@ def _train_probe(train: Callable[..., list], cfg: Any, kind: str) -> dict[str, A
 
     from parlab import comm
     from parlab.check.capstone import _call as call
-    from parlab.check.capstone import _optimizer
+    from parlab.check.capstone import optimizer
     from parlab.mesh import make_mesh
 
     mesh, rank = make_mesh(4, dp=DP, tp=TP), dist.get_rank()
     tp_group, dp_group = (tuple(mesh.group_of(a, rank)) for a in ("tp", "dp"))
-    with _optimizer(kind), comm.trace() as tr:
+    with optimizer(kind), comm.trace() as tr:
         losses = call("train_dp_tp", train, cfg, STEPS[kind], dp=DP, tp=TP, batch_size=BATCH,
                       lr=SGD_LR if kind == "sgd" else LR)
     activation = (BATCH // DP, cfg.seq, cfg.hidden)
@@ -181,7 +183,7 @@ def _check_run(train: Callable[..., list], kind: str) -> list[float]:
     from parlab.gpt import GPTConfig
 
     cfg = GPTConfig()
-    with _optimizer(kind):
+    with optimizer(kind):
         reference = train_single(cfg, STEPS[kind], batch_size=BATCH,
                                  lr=SGD_LR if kind == "sgd" else LR)
     try:

@@ -121,7 +121,7 @@ def _probe_groups(build_groups: Callable[[dict], dict], sizes: dict[str, int]) -
         if axis not in groups:
             fail(f"build_groups({sizes}) has no group for axis {axis!r}", rank=dist.get_rank())
         x = torch.tensor([float(dist.get_rank())])
-        call(f"all_reduce over your {axis} group", dist.all_reduce, x, groups[axis])
+        call(f"all_reduce over your {axis} group", dist.all_reduce, x, group=groups[axis])
         sums[axis] = int(x.item())
     return sums
 
