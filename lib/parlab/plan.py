@@ -72,8 +72,12 @@ __all__ = ["Model", "Cluster", "AxisTraffic", "Plan", "evaluate", "plan", "best"
            "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
            "DEEPSEEK_CLUSTER"]
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
-"""The data-parallel strategies `plan` tries (fsdp is zero3 under another name)."""
+STRATEGIES = ("ddp", "zero1", "zero3")
+"""The data-parallel strategies `plan` tries by default (fsdp is zero3 under another name).
+zero2 is left out: with gradient accumulation it reduce-scatters every micro-batch, moving up
+to m times zero1's bytes to save only the gradients' share of the state, and the step-time
+model, which lets the whole step hide that traffic, would rank it level with zero1. Pass
+`strategies=` to include it."""
 _WINDOW = {"ddp": 2 / 3, "zero1": 1.0}  # share of one micro-batch's compute that hides DP
 _AXIS_GROUPS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "pp": ("pp",), "dp": DP_GROUP}
 
