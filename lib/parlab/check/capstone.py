@@ -120,7 +120,7 @@ def check_sync_gradients(sync_gradients: Callable[..., None], *, quiet: bool = F
             if g is None:
                 fail(f"{name} has no gradient after sync_gradients", rank=rank,
                      hint="update p.grad in place (or assign it); do not set it to None")
-            hint = {2 * mean: AVERAGE, 2.5: WRONG_GROUP, 10.0: WRONG_GROUP}.get(
+            hint = {2 * mean: AVERAGE, 2.5: WRONG_GROUP, 5.0: WRONG_GROUP, 10.0: WRONG_GROUP}.get(
                 float(g.flatten()[0]))
             assert_close(g, torch.full_like(g, mean), rank=rank, hint=hint,
                          name=f"{name}.grad after sync_gradients (rank r's gradient was r + 1)")

@@ -25,7 +25,7 @@ from parlab.launch import CollectiveTimeout, RankError
 __all__ = ["check_axis_groups", "check_build_groups", "check_fit_state", "check_tp_vs_pp",
            "CheckFailed"]
 _LATER = {"check_placement": "composition_place", "check_capstone": "capstone"}
-REFERENCE = ("your answer runs parlab.mesh or parlab.plan, the course's own rank grid and "
+REFERENCE = ("your answer runs parlab.mesh or parlab.plan (plan_costs), the course's own grid and "
              "planner; the exercise is to write it yourself (the grid is "
              "torch.arange(world_size).view(dp, pp, ep, cp, tp))")
 ORDER = ("TP is the innermost axis: ranks that differ only in their tp coordinate are "
