@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast release lint bench clean setup collect autograde export feedback check
+.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check
 
 setup: $(VENV)/.installed
 
@@ -92,10 +92,16 @@ check: setup
 	$(PY) -m parlab.selfcheck $(MODULE)
 
 lint: setup
-	$(VENV)/bin/ruff check lib tests benchmarks autograder
+	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts
 
+# Side-by-side timings, one markdown table each (also in artifacts/bench/); about 8 minutes.
 bench: setup
 	@for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+# On a CUDA machine: a roofline of the card, then every solution notebook on NCCL (>= 2 GPUs),
+# one summary table, under 8 minutes. Without CUDA it says so and exits 0.
+gpu-check: setup
+	scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache artifacts

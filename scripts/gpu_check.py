@@ -1,0 +1,200 @@
+"""The GPU check: a roofline of this card, then every module's solution notebook on NCCL.
+
+    scripts/gpu_check.sh        or        .venv/bin/python scripts/gpu_check.py [--budget 480]
+
+1. One GPU, a roofline lab: median time of square matmuls (bf16 and fp32, TF32 off, a few
+   sizes) and of a large copy within the card's memory, turned into FLOP/s, bytes/s and the
+   ridge, the FLOP-per-byte threshold of module 00 (`parlab.roofline`, `parlab.costs`); with
+   two GPUs also a copy from GPU 0 to GPU 1, the link between them. Module 00's verdicts for
+   tensor and data parallelism follow, for each link, at the measured peak.
+2. Two GPUs or more: each module's solution notebook (solutions/*/*.ipynb, hidden tests
+   included) runs in a fresh kernel as the autograder runs it (`parlab.grading.
+   execute_notebook`, in a temporary copy of its folder); `parlab.launch.run` then picks NCCL
+   for every run of at most as many ranks as GPUs. Pass means no cell raised. Each notebook
+   gets at most NOTEBOOK_S seconds and the whole check `--budget` seconds: a notebook still
+   running is killed with everything it started, and what the budget cannot reach is skipped.
+3. One summary table (markdown), printed and written to artifacts/gpu_check.md.
+
+On a machine without CUDA it says what it needs and exits 0. Otherwise the exit status is 1
+when a notebook failed or was skipped for time, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from parlab import costs
+from parlab.grading import SOLUTIONS_DIR, list_modules
+from parlab.grading_procs import kill_kernel_tree
+from parlab.roofline import (
+    Timing,
+    copy_bytes,
+    link_rows,
+    matmul_flops,
+    roofline_rows,
+    summary_table,
+    timing_row,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_GPU = ("The GPU check needs CUDA, and this machine has none: nothing to measure. On a GPU "
+          "box (two GPUs or more for the notebook part) run `scripts/gpu_check.sh` from the "
+          "repository root after `make setup`, which installs a CUDA build of torch there.")
+MATMUL_SIZES = (2048, 4096, 8192)
+COPY_BYTES = 2**30  # 1 GiB within one GPU
+PEER_BYTES = 2**28  # 256 MiB from GPU 0 to GPU 1
+NOTEBOOK_S = 120.0  # the most one notebook may take
+CELL_S = 60.0  # per cell, as autograder/nbgrader_config.py's Execute.timeout
+KILL_ENV = "PARLAB_GPU_CHECK"
+RUN_NOTEBOOK = """
+import json, sys
+from parlab.grading import cell_error, execute_notebook
+nb = execute_notebook(sys.argv[1], timeout=float(sys.argv[2]))
+errors = [f"cell {i}: {e[0]}: {e[1][:200]}" for i, c in enumerate(nb.cells)
+          if c.cell_type == "code" and (e := cell_error(c))]
+print(json.dumps(errors))
+"""
+
+
+def cuda_seconds(fn: Callable[[], object], repeats: int = 10, warmup: int = 3) -> float:
+    """Median seconds of fn() on the current GPU, by CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)  # ms -> s
+    return statistics.median(times)
+
+
+def measure_matmuls(sizes: tuple[int, ...] = MATMUL_SIZES) -> list[Timing]:
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
+    timings = []
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        for n in sizes:
+            a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
+            out = torch.empty(n, n, device="cuda", dtype=dtype)
+            seconds = cuda_seconds(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
+            timings.append(Timing(f"matmul {name} {n}^3", matmul_flops(n), seconds, "FLOP/s"))
+            del a, b, out
+    return timings
+
+
+def measure_copy(nbytes: int = COPY_BYTES) -> Timing:
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    seconds = cuda_seconds(lambda: dst.copy_(src))
+    return Timing(f"copy {nbytes / 2**30:g} GiB in GPU memory", copy_bytes(nbytes), seconds,
+                  "B/s")
+
+
+def measure_peer_copy(nbytes: int = PEER_BYTES, repeats: int = 10) -> Timing:
+    """GPU 0 -> GPU 1, timed on the host around synchronised copies (two devices' clocks)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda:0")
+    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda:1")
+    times = []
+    for _ in range(repeats + 2):
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        start = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        times.append(time.perf_counter() - start)
+    return Timing(f"copy {nbytes / 2**20:g} MiB GPU 0 -> GPU 1", copy_bytes(nbytes,
+                  same_device=False), statistics.median(times[2:]), "B/s")
+
+
+def roofline_part(gpus: int) -> list:
+    """Rows of part 1: the kernels, the ridge, module 00's thresholds per link."""
+    rows, peak = roofline_rows(measure_matmuls(), measure_copy())
+    links = {"NVLink 4 per direction (nominal)": costs.NVLINK_PER_DIRECTION_BYTES_PER_S,
+             "400G NIC (nominal)": costs.NIC_400G_BYTES_PER_S}
+    if gpus >= 2:
+        peer = measure_peer_copy()
+        rows.append(timing_row(peer))
+        links = {"GPU 0 -> GPU 1 (measured)": peer.rate, **links}
+    return rows + link_rows(peak, links)
+
+
+def run_notebook(path: Path, limit: float) -> tuple[str, float, str]:
+    """Execute one notebook in a child process, in a temporary copy of its folder, within
+    `limit` seconds: (verdict, seconds, detail). Everything it started carries KILL_ENV."""
+    token = uuid.uuid4().hex
+    work = Path(tempfile.mkdtemp(prefix="parlab-gpu-check-"))
+    shutil.copytree(path.parent, work, dirs_exist_ok=True)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_NOTEBOOK, str(work / path.name), str(CELL_S)],
+            capture_output=True, text=True, timeout=limit, cwd=ROOT,
+            env=dict(os.environ, **{KILL_ENV: token}))
+    except subprocess.TimeoutExpired:
+        return "FAIL", time.perf_counter() - start, f"still running after {limit:.0f} s"
+    finally:
+        kill_kernel_tree(None, f"{KILL_ENV}={token}")
+        shutil.rmtree(work, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        return "FAIL", seconds, f"could not run: {proc.stderr.strip()[-300:]}"
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    return ("FAIL" if errors else "pass"), seconds, "; ".join(errors)
+
+
+def notebook_part(gpus: int, deadline: float) -> list:
+    """Rows of part 2: one per module notebook, NCCL for runs of at most `gpus` ranks."""
+    if gpus < 2:
+        return [("notebooks", "all modules", "skipped: NCCL needs two GPUs, this box has one",
+                 "")]
+    rows = []
+    for module in list_modules(SOLUTIONS_DIR):
+        left = deadline - time.monotonic()
+        if left < 10:
+            rows.append(("notebooks", module, "SKIPPED: out of time budget", ""))
+            continue
+        verdict, seconds, detail = run_notebook(SOLUTIONS_DIR / module / f"{module}.ipynb",
+                                                min(NOTEBOOK_S, left))
+        rows.append(("notebooks", module, f"{verdict} {detail}".strip(), f"{seconds:.1f}"))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check")
+    budget = ap.parse_args().budget
+    if not torch.cuda.is_available():
+        print(NO_GPU)
+        return 0
+    deadline = time.monotonic() + budget
+    gpus = torch.cuda.device_count()
+    rows = [("device", f"{gpus} x {torch.cuda.get_device_name(0)}",
+             f"torch {torch.__version__}, CUDA {torch.version.cuda}", "")]
+    rows += roofline_part(gpus) + notebook_part(gpus, deadline)
+    table = summary_table(rows)
+    print(table)
+    out = ROOT / "artifacts" / "gpu_check.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table + "\n")
+    return 1 if any(row[2].startswith(("FAIL", "SKIPPED")) for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
