@@ -47,6 +47,7 @@ ARTIFACTS = ROOT / "artifacts" / "browser"
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 KERNEL_S = 180  # kernel start plus `import torch` on a loaded 2-core machine
 STEP_S = 60  # one widget render or redraw
+WHOLE_S = 300  # module 07 run top to bottom (about 60 s on an idle 2-core machine)
 # Lab settings: every cell in the DOM (no virtual scrolling), no news or update toasts.
 LAB_SETTINGS = {
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
@@ -62,6 +63,7 @@ class Module:
     presses: int  # ArrowRight presses on it
 
 
+WHOLE = "07_composition"  # run top to bottom from its solutions: planner, progress bar, capstone
 MODULES = [
     Module("04_pipeline_parallel", "stages p", 1),  # p = 4 -> 5: one more row of the diagram
     Module("01_memory_and_sharding", "sequence", 1),  # 4096 -> 8192: activations double
@@ -128,6 +130,7 @@ def lab(tmp_path: Path, no_orphans) -> Lab:
     root = tmp_path / "course"
     for module in MODULES:
         shutil.copytree(ROOT / "course" / module.folder, root / module.folder)
+    shutil.copytree(ROOT / "solutions" / WHOLE, root / WHOLE)  # answered: it runs top to bottom
     _write_settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
@@ -295,3 +298,40 @@ def test_widgets_render_and_respond_in_chromium(page, lab):
             page.screenshot(path=ARTIFACTS / f"{module.folder}-failure.png", full_page=True)
             raise
         print(f"{module.folder}: {time.perf_counter() - start:.1f} s")
+
+
+@pytest.mark.slow
+def test_module_07_runs_top_to_bottom_in_chromium(page, lab):
+    """Module 07 as a learner who has answered everything meets it: Run All in JupyterLab, on
+    CPU. Every cell runs without an error, the capstone's progress bar fills, and its loss plot
+    and the planner widget render (screenshots in artifacts/browser/)."""
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": 1400, "height": 2800})  # tall: a whole widget in one shot
+    page.goto(lab.notebook_url(WHOLE))
+    _wait_for_kernel(page)
+    cells = _code_cells(page)
+    cells.first.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Control+Shift+C")  # the command palette
+    page.keyboard.type("Run All Cells")
+    page.keyboard.press("Enter")
+    start = time.perf_counter()
+    try:
+        expect(cells.last.locator(".jp-InputPrompt")).to_have_text(
+            re.compile(r"\[\d+\]"), timeout=WHOLE_S * 1000)
+        _assert_no_errors(page, WHOLE)
+        sources = cells.evaluate_all(
+            "cells => cells.map(c => c.querySelector('.jp-InputArea-editor').innerText)")
+        for name, needle in (("capstone", "run_capstone(cfg"), ("planner", "planner_widget()")):
+            cell = cells.nth(next(i for i, s in enumerate(sources) if needle in s))
+            expect(cell.locator(".jp-OutputArea-output img").first).to_be_visible()
+            if name == "capstone":
+                expect(cell.locator(".widget-hprogress").first).to_be_visible()
+                expect(cell).to_contain_text("30/30 steps")
+            cell.scroll_into_view_if_needed()
+            cell.screenshot(path=ARTIFACTS / f"{WHOLE}-{name}.png")
+    except BaseException:
+        page.screenshot(path=ARTIFACTS / f"{WHOLE}-failure.png", full_page=True)
+        raise
+    print(f"{WHOLE}: Run All in {time.perf_counter() - start:.1f} s")
