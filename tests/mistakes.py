@@ -13,11 +13,15 @@ import ast
 import itertools
 import re
 import types
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import nbformat
+import pytest
 
+from parlab.check import CheckFailed
 from parlab.grading import is_answer_cell
+from parlab.launch import RankError
 
 DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 _counter = itertools.count()
@@ -57,3 +61,21 @@ def assert_corpus_documented(folder: Path, required: set[str], checks: dict) -> 
         for check, phrase in caught_by(path).items():
             assert check in checks, f"{path.name}: unknown check {check}"
             assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
+
+
+def cases(folder: Path, sizes: Callable[[str], Iterable[int]] = lambda check: (2, 4)) -> list:
+    """One pytest case (path, check, phrase, t) per mistake file, check that must catch it, and
+    world size t."""
+    return [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
+            for path in sorted(folder.glob("*.py"))
+            for check, phrase in caught_by(path).items() for t in sizes(check)]
+
+
+def caught_message(run_check: Callable[[], object], *, phrase: str, where: str) -> str:
+    """run_check() must fail, with CheckFailed or a rank's RankError, saying `phrase`; the
+    message, for the caller's further asserts (most also want it to name the rank)."""
+    with pytest.raises((CheckFailed, RankError)) as info:
+        run_check()
+    message = str(info.value)
+    assert phrase in message, f"{where} said:\n{message}"
+    return message
