@@ -33,10 +33,8 @@ def no_debug_checks() -> None:
     """Ranks started after this run with TORCH_DISTRIBUTED_DEBUG=OFF, as a training job does.
 
     parlab's launcher defaults to DETAIL, which checks every collective with an extra one
-    before it (a cost that would blur the comparison) and counts point-to-point calls in the
-    sequence numbers it compares, so a barrier after a pipeline step whose ranks sent unequal
-    numbers of messages fails as a false mismatch. Call it before the first `run`: the ranks
-    inherit the environment of the forkserver, which starts with the first run."""
+    before it: a cost that would blur the comparison. Call it before the first `run`: the
+    ranks inherit the environment of the forkserver, which starts with the first run."""
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
 
 

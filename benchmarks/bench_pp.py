@@ -11,9 +11,7 @@ backward (gradients accumulated over the microbatches, scaled by 1/m in both). F
 must give the same loss and the same gradients within 1e-5 (relative); then they take turns
 (benchmarks/_table.py) and rank 0 reports the median step time and the ratio parlab / torch.
 
-TORCH_DISTRIBUTED_DEBUG is OFF for both: under parlab's default DETAIL, pipelining's own
-step runs, but the barrier that lines the ranks up for timing then fails as a false mismatch
-for p = 4, since DETAIL counts point-to-point calls and the end ranks make fewer.
+TORCH_DISTRIBUTED_DEBUG is OFF for both (see `_table.no_debug_checks`), as in a training job.
 """
 
 from __future__ import annotations

@@ -134,6 +134,32 @@ def test_mismatched_collectives_are_reported_never_silently_wrong(fn, detail):
     assert "do not match" in str(info.value) and detail in str(info.value)
 
 
+def pipeline_then_all_reduce(batched: bool):
+    """A forward pass down a pipeline (the end ranks send or receive once, the middle ones
+    twice), then a loss all-reduce: uneven numbers of p2p calls, then one collective."""
+    r, w = dist.get_rank(), dist.get_world_size()
+    x = torch.full((2,), float(r))
+    if batched:  # the same through batch_isend_irecv, in two rounds
+        for ops in ([dist.P2POp(dist.irecv, x, r - 1)] if r else [],
+                    [dist.P2POp(dist.isend, x, r + 1)] if r < w - 1 else []):
+            for req in dist.batch_isend_irecv(ops) if ops else []:
+                req.wait()
+    else:
+        if r:
+            dist.recv(x, src=r - 1)
+        if r < w - 1:
+            dist.send(x, dst=r + 1)
+    dist.all_reduce(x)
+    return x[0].item()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_collective_after_uneven_point_to_point_is_not_a_mismatch(batched):
+    """DETAIL counts p2p calls in a group's sequence numbers; the launcher sends default-group
+    p2p through a copy of the world so that a correct collective after a pipeline passes."""
+    assert run(pipeline_then_all_reduce, 4, batched, timeout=20) == [0.0] * 4  # x = 0 everywhere
+
+
 def endless_loop():
     if dist.get_rank() == 1:
         while True:

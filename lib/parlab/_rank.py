@@ -77,6 +77,8 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
         store = dist.FileStore(store_path, world_size)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout))
+        if dist.get_debug_level() == dist.DebugLevel.DETAIL:  # see comm.route_p2p
+            comm.route_p2p(dist.new_group(list(range(world_size))))
         comm.add_listener(_status_listener(status))
         fn, args, kwargs = cloudpickle.loads(payload)
         _publish(status, {"state": "running", "t": time.time()})

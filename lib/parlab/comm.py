@@ -136,6 +136,36 @@ _COLLECTIVES = [
 ]
 _P2P = ["send", "recv", "isend", "irecv"]  # batch_isend_irecv calls isend/irecv
 _SETUP = ["new_group"]  # collective over the whole world; seen by the launcher, not traced
+_p2p_group: list[Any] = []  # a copy of the world that default-group send/recv go through
+
+
+def route_p2p(group: Any) -> None:
+    """Send point-to-point calls made on the default group through `group`, a copy of the world
+    with the same rank numbers (the launcher sets it in TORCH_DISTRIBUTED_DEBUG=DETAIL mode).
+
+    DETAIL checks each collective against the other ranks' by sequence number, and a group's
+    sequence counts its point-to-point calls too. In a pipeline the end stages send fewer
+    messages than the middle ones, so a correct all-reduce after it looked mismatched; on a
+    group of their own the messages leave the default group's count alone."""
+    _p2p_group[:] = [group]
+
+
+def _rerouted(kind: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """args, kwargs of a p2p call (or batch_isend_irecv) with the default group replaced."""
+    if not _p2p_group:
+        return args, kwargs
+    world = (None, dist.GroupMember.WORLD)
+    if kind == "batch_isend_irecv":
+        for op in args[0] if args else kwargs.get("p2p_op_list", []):
+            if op.group in world:
+                op.group = _p2p_group[0]
+        return args, kwargs
+    if len(args) > 2:  # send(tensor, dst, group, tag): the group given by position
+        if args[2] in world:
+            args = (*args[:2], _p2p_group[0], *args[3:])
+    elif kwargs.get("group") in world:
+        kwargs = {**kwargs, "group": _p2p_group[0]}
+    return args, kwargs
 
 
 def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
@@ -200,7 +230,11 @@ class _TracedWork:
 def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not _listeners or _depth[0]:  # not watched, or called by another wrapped call
+        if kind in _P2P or kind == "batch_isend_irecv":
+            args, kwargs = _rerouted(kind, args, kwargs)
+        # not traced: batch_isend_irecv (its isend/irecv calls are), a call nobody watches, or
+        # one made by another wrapped call (all_gather_object calls all_gather itself)
+        if kind == "batch_isend_irecv" or not _listeners or _depth[0]:
             return fn(*args, **kwargs)
         event = _make_event(kind, args, kwargs)
         _notify("start", event)
@@ -222,7 +256,7 @@ def install() -> None:
     """Wrap torch.distributed's communication functions once (idempotent)."""
     if _originals:
         return
-    for kind in _COLLECTIVES + _P2P + _SETUP:
+    for kind in _COLLECTIVES + _P2P + _SETUP + ["batch_isend_irecv"]:
         fn = getattr(c10d, kind, None)
         if fn is not None:
             _originals[kind] = fn
