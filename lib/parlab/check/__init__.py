@@ -102,7 +102,34 @@ def blocked_reference(functions: Iterable[Callable[..., Any]], message: str) -> 
         _REFUSAL.pop()
 
 
+def not_reference(obj: Any, *, name: str, modules: tuple[str, ...], advice: str = "") -> None:
+    """`not_reexport`, and no subclass of a class defined in `modules` (the course's own)."""
+    not_reexport(obj, name=name)
+    for base in getattr(obj, "__mro__", ())[1:]:
+        module = getattr(base, "__module__", "") or ""
+        if module.startswith(modules):
+            fail(f"{name} subclasses {module}.{base.__name__}, the course's own reference; "
+                 f"the exercise is to write it yourself{advice}")
+
+
 def ranks(worker: Callable[..., Any], world_size: int, *args: Any,
           timeout: float = CHECK_TIMEOUT_S, **kwargs: Any) -> list:
     """Run a check's worker on `world_size` ranks (see parlab.launch.run)."""
     return launch.run(worker, world_size, *args, timeout=timeout, **kwargs)
+
+
+def run_checked(worker: Callable[..., Any], world_size: int, *args: Any, what: str,
+                timeout: float, hang_hint: str, backend: str | None = None) -> list:
+    """`ranks`, for checks: a hang becomes CheckFailed saying what did not finish, what each
+    rank was doing and `hang_hint`; a CheckFailed raised in a rank comes back as that rank's
+    message, without the rank's traceback around it. Other rank errors pass through."""
+    try:
+        return ranks(worker, world_size, *args, timeout=timeout, backend=backend)
+    except launch.CollectiveTimeout as exc:
+        raise CheckFailed(f"{what} did not finish on {world_size} ranks within {timeout:g} s."
+                          f"\n{exc}\nLikely mistake: {hang_hint}") from None
+    except launch.RankError as exc:
+        if exc.exc_type != "CheckFailed":
+            raise
+        report = next((r for r in exc.reports if r[0] == exc.rank), None)
+        raise CheckFailed(report[2] if report else str(exc)) from None

@@ -19,14 +19,14 @@ buffer.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, fail, not_reexport, ranks
+from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, fail, not_reexport, run_checked
 from parlab.check.moe import F64_TOL, _story, blocked_reference
-from parlab.launch import CollectiveTimeout, RankError
 
 __all__ = ["check_ep_moe", "check_ep_capacity", "CheckFailed"]
 N, C, FFN, K, SKEW, SEED = 6, 8, 12, 2, 3.0, 2024
@@ -46,23 +46,10 @@ STATIC = ("with a capacity the buffers have static sizes: send exactly c slots p
           "an (E * c, C) tensor padded with zeros, with equal splits")
 
 
-def _run(worker: Callable[..., Any], world_size: int, *args: Any, what: str,
-         timeout: float) -> list:
-    """Ranks on gloo (CPU tensors, tiny sizes, even on a GPU machine); a hang or an in-rank
-    CheckFailed becomes CheckFailed, as in parlab.check.tp_common."""
-    try:
-        return ranks(worker, world_size, *args, timeout=timeout, backend="gloo")
-    except CollectiveTimeout as exc:
-        raise CheckFailed(
-            f"{what} did not finish on {world_size} ranks within {timeout:g} s.\n{exc}\n"
-            "Likely mistake: a collective that only some ranks call, or split sizes that do "
-            "not match between ranks: every rank must make the same calls in the same "
-            "order") from None
-    except RankError as exc:
-        if exc.exc_type != "CheckFailed":
-            raise
-        report = next((r for r in exc.reports if r[0] == exc.rank), None)
-        raise CheckFailed(report[2] if report else str(exc)) from None
+HANG = ("a collective that only some ranks call, or split sizes that do not match between "
+        "ranks: every rank must make the same calls in the same order")
+# gloo: CPU tensors, tiny sizes, even on a GPU machine
+_run = functools.partial(run_checked, hang_hint=HANG, backend="gloo")
 
 
 def _setup(t: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

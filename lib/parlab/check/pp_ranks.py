@@ -18,14 +18,14 @@ single-device gradients as above.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, fail, not_reexport, ranks
+from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, fail, not_reexport, run_checked
 from parlab.check.pp import call
-from parlab.launch import CollectiveTimeout, RankError
 
 __all__ = ["check_p2p_step", "check_placement", "CheckFailed"]
 TOL = {"rtol": 1e-9, "atol": 1e-12}
@@ -40,18 +40,7 @@ HANG = ("a recv whose message is never sent (the peer's step lacks its isend, or
         "another rank), or a message received by the wrong rank")
 
 
-def _run(worker: Callable[..., Any], world_size: int, *args: Any, what: str,
-         timeout: float) -> list:
-    try:
-        return ranks(worker, world_size, *args, timeout=timeout, backend="gloo")  # pp_run
-    except CollectiveTimeout as exc:
-        raise CheckFailed(f"{what} did not finish on {world_size} ranks within {timeout:g} s."
-                          f"\n{exc}\nLikely mistake: {HANG}") from None
-    except RankError as exc:
-        if exc.exc_type != "CheckFailed":
-            raise
-        report = next((r for r in exc.reports if r[0] == exc.rank), None)
-        raise CheckFailed(report[2] if report else str(exc)) from None
+_run = functools.partial(run_checked, hang_hint=HANG, backend="gloo")  # pp_run's choice
 
 
 # --- in the ranks ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from parlab.check import CheckFailed, fail, not_reexport
+from parlab.check import CheckFailed, fail, not_reference
 from parlab.check.tp_common import _close, _cpu, _env, _run, _scale  # noqa: F401 - re-exported
 
 B, T, H, HEADS = 2, 8, 16, 4
@@ -121,12 +121,7 @@ def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, what: str) 
 # --- in the parent -----------------------------------------------------------------------------
 
 def _reject_reference(obj: Any, name: str) -> None:
-    not_reexport(obj, name=name)
-    for base in getattr(obj, "__mro__", ())[1:]:
-        module = getattr(base, "__module__", "") or ""
-        if module.startswith(("parlab.sp", "parlab.activations")):
-            fail(f"{name} subclasses {module}.{base.__name__}, the course's own reference; "
-                 "the exercise is to write it yourself")
+    not_reference(obj, name=name, modules=("parlab.sp", "parlab.activations"))
 
 
 def _rows(x: torch.Tensor, rank: int, t: int) -> torch.Tensor:

@@ -10,13 +10,13 @@ Constants: the tolerances and sizes of the checks and the likely-mistake sentenc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from parlab.check import CheckFailed, assert_close, fail, not_reexport, ranks
-from parlab.launch import CollectiveTimeout, RankError
+from parlab.check import CheckFailed, assert_close, fail, not_reference, run_checked
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 F32_TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -127,30 +127,13 @@ def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int) -> list[tup
 # --- in the parent -----------------------------------------------------------------------------
 
 def _reject_reference(obj: Any, name: str) -> None:
-    not_reexport(obj, name=name)
-    for base in getattr(obj, "__mro__", ())[1:]:
-        module = getattr(base, "__module__", "") or ""
-        if module.startswith(("parlab.tp", "parlab.tp_attention")):
-            fail(f"{name} subclasses {module}.{base.__name__}, the course's own reference; "
-                 "the exercise is to write it yourself (subclass nn.Module or "
-                 "torch.autograd.Function)")
+    not_reference(obj, name=name, modules=("parlab.tp", "parlab.tp_attention"),
+                  advice=" (subclass nn.Module or torch.autograd.Function)")
 
 
-def _run(worker: Callable[..., Any], world_size: int, *args: Any, what: str,
-         timeout: float) -> list:
-    try:
-        return ranks(worker, world_size, *args, timeout=timeout)
-    except CollectiveTimeout as exc:
-        raise CheckFailed(
-            f"{what} did not finish on {world_size} ranks within {timeout:g} s.\n{exc}\n"
-            "Likely mistake: a collective that only some ranks call (inside `if rank == ...`), "
-            "or ranks calling different collectives: every rank must make the same calls in "
-            "the same order") from None
-    except RankError as exc:
-        if exc.exc_type != "CheckFailed":
-            raise
-        report = next((r for r in exc.reports if r[0] == exc.rank), None)
-        raise CheckFailed(report[2] if report else str(exc)) from None
+HANG = ("a collective that only some ranks call (inside `if rank == ...`), or ranks calling "
+        "different collectives: every rank must make the same calls in the same order")
+_run = functools.partial(run_checked, hang_hint=HANG)
 
 
 def _close(got: Any, ref: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
