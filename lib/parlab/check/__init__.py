@@ -61,6 +61,31 @@ def assert_equal(got: Any, expected: Any, *, name: str, rank: int | None = None,
         fail(f"{name}: expected {expected!r}, got {got!r}", rank=rank, hint=hint)
 
 
+SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "shape '[",
+                "Sizes of tensors must match", "invalid gradient", "tensor list size")
+"""Phrases of torch's errors when tensors do not fit: a learner's shard or layout is off."""
+
+
+def call_in_rank(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None,
+                 shape_hint: str | None = None) -> Any:
+    """Run learner code in a rank; a crash becomes CheckFailed naming the rank and the stage,
+    with `hint`, or `shape_hint` when torch says tensors do not fit. A stub's
+    NotImplementedError and a CheckFailed pass through as they are."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported to the learner
+        import torch.distributed as dist
+
+        text = str(exc)
+        if hint is None and shape_hint and any(s in text for s in SHAPE_ERRORS):
+            hint = "a shape does not fit; " + shape_hint
+        fail(f"{stage} raised {type(exc).__name__}: {text}", rank=dist.get_rank(),
+             hint=hint or "read the error above; try your code on 2 ranks with "
+                          "parlab.launch.run(..., world_size=2) to see it fail")
+
+
 def not_reexport(fn: Callable[..., Any], *, name: str) -> None:
     """Reject an answer that only hands back parlab's own reference implementation."""
     target = getattr(fn, "__wrapped__", fn)

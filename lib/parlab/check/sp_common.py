@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from parlab.check import CheckFailed, fail, not_reference
+from parlab.check import CheckFailed, call_in_rank, fail, not_reference
 from parlab.check.tp_common import _close, _cpu, _env, _run, _scale  # noqa: F401 - re-exported
 
 B, T, H, HEADS = 2, 8, 16, 4
@@ -78,22 +78,7 @@ def _guard() -> None:
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None) -> Any:
     """Run learner code; a crash becomes CheckFailed saying where (stubs raise as they are)."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:  # noqa: BLE001 - reported to the learner
-        import torch.distributed as dist
-
-        text = str(exc)
-        if hint is None and any(s in text for s in ("size of tensor", "shapes cannot be",
-                                                    "must match the size", "shape '[",
-                                                    "Sizes of tensors must match",
-                                                    "invalid gradient", "tensor list size")):
-            hint = "a shape does not fit; " + SEQ_DIM
-        fail(f"{stage} raised {type(exc).__name__}: {text}", rank=dist.get_rank(),
-             hint=hint or "read the error above; try your code on 2 ranks with "
-                          "parlab.launch.run(..., world_size=2) to see it fail")
+    return call_in_rank(stage, fn, *args, hint=hint, shape_hint=SEQ_DIM)
 
 
 def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:

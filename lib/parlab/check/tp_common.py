@@ -16,7 +16,14 @@ from typing import Any
 
 import torch
 
-from parlab.check import CheckFailed, assert_close, fail, not_reference, run_checked
+from parlab.check import (
+    CheckFailed,
+    assert_close,
+    call_in_rank,
+    fail,
+    not_reference,
+    run_checked,
+)
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 F32_TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -69,20 +76,7 @@ def _guard() -> None:
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None) -> Any:
     """Run learner code; a crash becomes CheckFailed saying where (stubs raise as they are)."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:  # noqa: BLE001 - reported to the learner
-        text = str(exc)
-        if hint is None and any(s in text for s in ("shapes cannot be multiplied", "size of tensor",
-                                                    "shape '[", "must match the size")):
-            hint = "a shape does not fit; " + LINEAR_LAYOUT
-        import torch.distributed as dist
-
-        fail(f"{stage} raised {type(exc).__name__}: {text}", rank=dist.get_rank(),
-             hint=hint or "read the error above; try your code on 2 ranks with "
-                          "parlab.launch.run(..., world_size=2) to see it fail")
+    return call_in_rank(stage, fn, *args, hint=hint, shape_hint=LINEAR_LAYOUT)
 
 
 def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:
