@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from parlab.check import CheckFailed, call_in_rank, fail, not_reference
+from parlab.check.tp_common import _backward as tp_backward
 from parlab.check.tp_common import _close, _cpu, _env, _run, _scale  # noqa: F401 - re-exported
 
 B, T, H, HEADS = 2, 8, 16, 4
@@ -92,15 +93,7 @@ def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[t
 
 def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, what: str) -> list[tuple]:
     """Backward of sum(y * upstream), traced; y must have upstream's shape (`what` says why)."""
-    if not isinstance(y, torch.Tensor) or y.shape != upstream.shape:
-        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        fail(f"{stage} returned {got}, expected a tensor of shape {tuple(upstream.shape)}",
-             rank=rank, hint=what)
-    if not y.requires_grad:
-        fail(f"{stage} returned a tensor with no autograd graph", rank=rank,
-             hint="call your autograd Function as MyFunction.apply(x), not .forward, and do "
-                  "not detach")
-    return _traced(f"the backward pass of {stage}", (y * upstream).sum().backward)[1]
+    return tp_backward(stage, y, upstream, rank, what, traced=_traced)
 
 
 # --- in the parent -----------------------------------------------------------------------------

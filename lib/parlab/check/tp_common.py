@@ -106,16 +106,22 @@ def _grads(module: Any, paths: tuple[str, ...], rank: int) -> dict[str, Any]:
     return {p: (_cpu(v), _cpu(v.grad)) for p, v in found.items()}
 
 
-def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int) -> list[tuple]:
+REPLICATED = "return the whole output, replicated on every rank"
+
+
+def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str = REPLICATED,
+              traced: Callable[..., tuple[Any, list[tuple]]] | None = None) -> list[tuple]:
+    """Backward of sum(y * upstream), traced (by `traced`, default `_traced`); y must be a
+    tensor of upstream's shape with an autograd graph (`hint` says what the shape should be)."""
     if not isinstance(y, torch.Tensor) or y.shape != upstream.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         fail(f"{stage} returned {got}, expected a tensor of shape {tuple(upstream.shape)}",
-             rank=rank, hint="return the whole output, replicated on every rank")
+             rank=rank, hint=hint)
     if not y.requires_grad:
         fail(f"{stage} returned a tensor with no autograd graph", rank=rank,
              hint="call your autograd Function as MyFunction.apply(x), not .forward, and do "
                   "not detach")
-    return _traced(f"the backward pass of {stage}", (y * upstream).sum().backward)[1]
+    return (traced or _traced)(f"the backward pass of {stage}", (y * upstream).sum().backward)[1]
 
 
 # --- in the parent -----------------------------------------------------------------------------
