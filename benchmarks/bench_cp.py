@@ -3,10 +3,10 @@
     make bench        or        .venv/bin/python benchmarks/bench_cp.py [--repeats 10]
 
 On W = 2 and 4 gloo ranks (parlab.launch.run) every rank draws the same seeded q, k, v of
-shape (B, H, T, D) and keeps the T/W tokens its layout gives it (`parlab.cp_layout`). Three
+shape (B, H, T, D) and keeps the T/W tokens its layout gives it (`parlab.cp.layout`). Three
 ways to compute its queries' attention over the whole sequence:
 
-- ring: `parlab.cp_ring.ring_attention`, K/V blocks passed round the ring with isend/irecv,
+- ring: `parlab.cp.ring_attention`, K/V blocks passed round the ring with isend/irecv,
   each step's transfer hidden behind the previous block's compute, partials merged by their
   log-sum-exps; fully masked causal blocks skipped;
 - gather+SDPA: every rank gathers all K and V (backward: a reduce-scatter sums their
@@ -37,9 +37,7 @@ import torch.nn.functional as F
 from _table import Table, agree, interleave, medians, ms, ratio, repeats_option, setting
 from torch import Tensor
 
-from parlab.cp import block_attention
-from parlab.cp_layout import position_table
-from parlab.cp_ring import ring_attention
+from parlab.cp import block_attention, position_table, ring_attention
 from parlab.launch import run
 
 B, H, T, D = 1, 4, 1024, 64

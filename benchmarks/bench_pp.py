@@ -3,8 +3,8 @@
     make bench        or        .venv/bin/python benchmarks/bench_pp.py [--repeats 10]
 
 On p = 2 and 4 gloo ranks (parlab.launch.run) every rank builds the same seeded stack of
-LAYERS Linear+tanh layers (`parlab.pp_exec.make_model`) and keeps its stage, LAYERS / p
-consecutive layers, twice: once in a `parlab.pp_exec.StageContext` run by `execute` with
+LAYERS Linear+tanh layers (`parlab.pp.make_model`) and keeps its stage, LAYERS / p
+consecutive layers, twice: once in a `parlab.pp.StageContext` run by `execute` with
 `make_schedule("1f1b", p, m)`, once in a torch `PipelineStage` run by `Schedule1F1B`. A step
 is one batch of (BATCH, WIDTH) float32 in m microbatches, mean-squared-error loss, forward and
 backward (gradients accumulated over the microbatches, scaled by 1/m in both). First the two
@@ -25,8 +25,7 @@ from _table import Table, agree, interleave, medians, ms, ratio, repeats_option,
 from torch import Tensor, nn
 
 from parlab.launch import run
-from parlab.pp import make_schedule
-from parlab.pp_exec import StageContext, execute, make_context, make_data
+from parlab.pp import StageContext, execute, make_context, make_data, make_schedule
 
 LAYERS, WIDTH, BATCH, MICROBATCHES = 8, 1024, 128, 8
 DTYPE = torch.float32

@@ -24,7 +24,8 @@ from _table import Table, agree, interleave, medians, ms, ratio, repeats_option,
 from torch import Tensor, nn
 
 from parlab.launch import run
-from parlab.tp import MLP, TPMLP
+from parlab.model import MLP
+from parlab.tp import TPMLP
 
 HIDDEN, BATCH, SEQ = 512, 4, 128
 ITERS = 3  # iterations per timed sample

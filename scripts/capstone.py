@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from parlab.capstone import TOLERANCE, rank_device, train_parallel, train_single
-from parlab.gpt import GPTConfig
+from parlab.model import GPTConfig
 
 
 def parse_args() -> argparse.Namespace:

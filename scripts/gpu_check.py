@@ -4,7 +4,7 @@
 
 1. One GPU, a roofline lab: median time of square matmuls (bf16 and fp32, TF32 off, a few
    sizes) and of a large copy within the card's memory, turned into FLOP/s, bytes/s and the
-   ridge, the FLOP-per-byte threshold of module 00 (`parlab.roofline`, `parlab.costs`); with
+   ridge, the FLOP-per-byte threshold of module 00 (`parlab.costs.roofline`, `parlab.costs`); with
    two GPUs also a copy from GPU 0 to GPU 1, the link between them. Module 00's verdicts for
    tensor and data parallelism follow, for each link, at the measured peak.
 2. Two GPUs or more: each module's solution notebook (solutions/*/*.ipynb, hidden tests
@@ -37,9 +37,7 @@ from pathlib import Path
 import torch
 
 from parlab import costs
-from parlab.grading import SOLUTIONS_DIR, list_modules
-from parlab.grading_procs import kill_kernel_tree
-from parlab.roofline import (
+from parlab.costs.roofline import (
     Timing,
     copy_bytes,
     link_rows,
@@ -48,6 +46,8 @@ from parlab.roofline import (
     summary_table,
     timing_row,
 )
+from parlab.grading import SOLUTIONS_DIR, list_modules
+from parlab.grading_procs import kill_kernel_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("The GPU check needs CUDA, and this machine has none: nothing to measure. On a GPU "

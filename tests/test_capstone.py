@@ -24,11 +24,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import parlab
-from parlab import capstone, capstone_run
 from parlab.capstone import TOLERANCE, check_plan, local_batch, train_parallel, train_single
-from parlab.corpus import batch, load_corpus
-from parlab.gpt import GPT, GPTConfig
+from parlab.capstone import notebook as capstone_run
+from parlab.capstone import train as capstone
 from parlab.launch import run
+from parlab.model import GPT, GPTConfig, batch, load_corpus
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ BATCH, LR, STEPS = 8, 3e-3, 8
 
 # --- corpus and model ---------------------------------------------------------------------------
 def test_corpus_is_the_shipped_text_split_into_words():
-    words = (Path(parlab.__file__).parent / "data" / "corpus.txt").read_text().split()
+    words = (Path(parlab.__file__).parent / "model" / "data" / "corpus.txt").read_text().split()
     tokens, vocab = load_corpus()
     assert 200 <= len(vocab) <= 400 and vocab == sorted(set(words))
     assert [vocab[i] for i in tokens.tolist()] == words

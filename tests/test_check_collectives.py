@@ -1,4 +1,4 @@
-"""parlab.check.collectives catches wrong answers to module 00, and parlab.figures draws.
+"""parlab.check.collectives catches wrong answers to module 00, and parlab.widgets.figures draws.
 
 Each wrong ring all-reduce below is a mistake learners make; the check must fail it with
 CheckFailed (or, for the deadlock, within the timeout) and a message naming the mistake. The
@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from parlab import costs, figures
+from parlab import costs
 from parlab.check import CheckFailed
 from parlab.check.collectives import (
     _decode,
@@ -26,6 +26,7 @@ from parlab.check.collectives import (
     check_ring_allreduce,
     make_input,
 )
+from parlab.widgets import figures
 
 matplotlib.use("Agg")
 # Send this module's functions to the ranks by value, as a notebook cell's are: otherwise every

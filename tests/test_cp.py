@@ -18,8 +18,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from parlab import comm, cp, cp_layout, cp_measure, cp_ring
+from parlab import comm, cp
 from parlab.check import CheckFailed
+from parlab.cp import layout as cp_layout
+from parlab.cp import measure as cp_measure
+from parlab.cp import ring as cp_ring
+from parlab.errors import reference_message, refused
 from parlab.launch import run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
@@ -137,9 +141,9 @@ def test_watch_blocks_counts_unmasked_entries_and_takes_keywords():
     assert all(r["end"] >= r["start"] for r in records)
 
 
-def test_guard_refuses_the_references_and_lifts():
+def test_refused_references_raise_and_lift():
     q = _randn(1, 1, 2, 4)
-    with cp.guard(("cp.merge_partials", "cp_layout.layout_positions")):
+    with refused([cp.merge_partials, cp_layout.layout_positions], reference_message("them")):
         with pytest.raises(CheckFailed, match="course's own reference"):
             cp.merge_partials(*cp.empty_partial(q), *cp.empty_partial(q))
         with pytest.raises(CheckFailed):

@@ -1,4 +1,4 @@
-"""parlab.fsdp and parlab.memory against independent references: a DDP step in plain torch,
+"""parlab.dp.fsdp and parlab.costs.memory against independent references: a DDP step in plain torch,
 closed forms written here, and subsets tried by hand."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from parlab import memory
-from parlab.fsdp import plan_reshard, reshard_bytes, shard_bounds
+from parlab.costs import memory
+from parlab.dp import plan_reshard, reshard_bytes, shard_bounds
 from parlab.launch import run
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("no_orphans")
 
 def _fsdp_step(reshard: bool, out_f: int, in_f: int) -> dict:
     from parlab import comm
-    from parlab.fsdp import FSDPLinear
+    from parlab.dp import FSDPLinear
 
     rank, t = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from parlab.roofline import (
+from parlab.costs.roofline import (
     Timing,
     copy_bytes,
     format_rate,

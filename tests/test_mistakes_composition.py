@@ -103,11 +103,11 @@ REEXPORTS = {  # how an answer could hand back parlab's own code -> the check th
     """, "check_build_groups"),
     "wrapped_nodes_spanned": ("""
         import types
-        import parlab.plan_costs
+        import parlab.plan.costs
         def nodes_spanned(groups, gpus_per_node):
             grid = torch.tensor(groups).view(len(groups), 1, 1, 1, -1)  # lines along "tp"
             mesh = types.SimpleNamespace(grid=grid)
-            return parlab.plan_costs.nodes_spanned(mesh, ("tp",), gpus_per_node)
+            return parlab.plan.nodes_spanned(mesh, ("tp",), gpus_per_node)
     """, "check_placement"),
     "alias_sync": ("from parlab.capstone import sync_gradients", "check_sync_gradients"),
     "wrapped_train": ("""

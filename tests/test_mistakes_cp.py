@@ -91,28 +91,28 @@ REEXPORTS = {
             return parlab.cp.merge_partials(out_a, lse_a, out_b, lse_b)
     """),
     "ring_alias": ("check_ring_forward",
-                   "from parlab.cp_ring import ring_attention_forward as ring_attention"),
+                   "from parlab.cp.ring import ring_attention_forward as ring_attention"),
     "ring_wrapper": ("check_ring_forward", """
-        import parlab.cp_ring
+        import parlab.cp.ring
         def ring_attention(q, k, v, pos, *, causal):
-            return parlab.cp_ring.ring_attention_forward(q, k, v, pos, causal=causal)
+            return parlab.cp.ring_attention_forward(q, k, v, pos, causal=causal)
     """),
     "ring_function_wrapper": ("check_ring_forward", """
-        from parlab.cp_ring import RingAttention
+        from parlab.cp import RingAttention
         def ring_attention(q, k, v, pos, *, causal):
             out = RingAttention.apply(q, k, v, pos, causal)
             return out, torch.zeros(q.shape[:-1])
     """),
     "backward_wrapper": ("check_ring_backward", """
-        from parlab.cp_ring import ring_attention_backward as reference_backward
+        from parlab.cp import ring_attention_backward as reference_backward
         def ring_attention_backward(q, k, v, out, lse, dout, pos, *, causal):
             return reference_backward(q, k, v, out, lse, dout, pos, causal=causal)
     """),
-    "layout_alias": ("check_layouts", "from parlab.cp_layout import layout_positions"),
+    "layout_alias": ("check_layouts", "from parlab.cp.layout import layout_positions"),
     "layout_wrapper": ("check_layouts", """
-        import parlab.cp_layout
+        import parlab.cp.layout
         def layout_positions(layout, rank, world_size, seq_len):
-            return parlab.cp_layout.layout_positions(layout, rank, world_size, seq_len)
+            return parlab.cp.layout_positions(layout, rank, world_size, seq_len)
     """),
 }
 

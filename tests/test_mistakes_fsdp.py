@@ -58,27 +58,27 @@ def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
 
 
 REEXPORTS = {
-    "alias_layer": ("from parlab.fsdp import FSDPLinear", "check_fsdp_layer"),
+    "alias_layer": ("from parlab.dp.fsdp import FSDPLinear", "check_fsdp_layer"),
     "subclass_layer": ("""
-        import parlab.fsdp
-        class FSDPLinear(parlab.fsdp.FSDPLinear):
+        import parlab.dp.fsdp
+        class FSDPLinear(parlab.dp.FSDPLinear):
             pass
     """, "check_fsdp_layer"),
     "wrapped_layer": ("""
-        import parlab.fsdp
+        import parlab.dp.fsdp
         class FSDPLinear(nn.Module):
             def __init__(self, linear):
                 super().__init__()
-                self.inner = parlab.fsdp.FSDPLinear.from_linear(linear)
+                self.inner = parlab.dp.FSDPLinear.from_linear(linear)
             def forward(self, x):
                 return self.inner(x)
     """, "check_fsdp_layer"),
     "wrapped_shard": ("""
-        import parlab.fsdp
+        import parlab.dp.fsdp
         def take_shard(flat, rank, t):
-            return parlab.fsdp.take_shard(flat, rank, t)
+            return parlab.dp.take_shard(flat, rank, t)
     """, "check_fsdp_layer"),
-    "alias_plan": ("from parlab.fsdp import plan_reshard", "check_reshard_plan"),
+    "alias_plan": ("from parlab.dp.fsdp import plan_reshard", "check_reshard_plan"),
     "alias_state": ("from parlab.costs import training_state_bytes as state_bytes",
                     "check_state_bytes"),
 }

@@ -79,19 +79,19 @@ REEXPORTS = {  # how an answer could hand back parlab's own code -> the check th
         def keep_mask(experts, num_experts, capacity):
             return _reference_keep(experts, num_experts=num_experts, capacity=capacity)
     """, "check_capacity"),
-    "alias_ep": ("from parlab.moe_dispatch import ep_moe", "check_ep_moe"),
+    "alias_ep": ("from parlab.moe.dispatch import ep_moe", "check_ep_moe"),
     "wrapped_ep": ("""
-        import parlab.moe_dispatch
+        import parlab.moe.dispatch
         def ep_moe(x, gates, experts, shard):
-            return parlab.moe_dispatch.ep_moe(x, gates, experts, shard)
+            return parlab.moe.ep_moe(x, gates, experts, shard)
     """, "check_ep_moe"),
     "wrapped_capacity": ("""
-        from parlab import moe_dispatch
+        from parlab.moe import dispatch as moe_dispatch
         def ep_moe_capacity(x, gates, experts, shard, capacity):
             return moe_dispatch.ep_moe_capacity(x, gates, experts, shard, capacity=capacity)
     """, "check_ep_capacity"),
     "wrapped_all_to_all": ("""
-        from parlab.moe_dispatch import AllToAll
+        from parlab.moe import AllToAll
     """, "check_ep_moe"),
 }
 

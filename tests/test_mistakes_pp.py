@@ -77,11 +77,11 @@ REEXPORTS = {
         def one_f_one_b(p, m):
             return _reference(p, m)
     """),
-    "balance_alias": ("check_balance", "from parlab.pp_sim import balance_stages as balance"),
+    "balance_alias": ("check_balance", "from parlab.pp.simulator import balance_stages as balance"),
     "balance_wrapper": ("check_balance", """
-        import parlab.pp_sim
+        import parlab.pp.simulator
         def balance(costs, p):
-            return parlab.pp_sim.balance_stages(costs, p)
+            return parlab.pp.balance_stages(costs, p)
     """),
     "stage_of_wrapper": ("check_placement", """
         import parlab.pp

@@ -62,18 +62,18 @@ def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
 
 
 REEXPORTS = {  # how an answer could hand back parlab's own code -> the check that must refuse
-    "alias_block": ("from parlab.sp_block import SPBlock", "check_sp_block"),
+    "alias_block": ("from parlab.tp.block import SPBlock", "check_sp_block"),
     "subclass_block": ("""
-        import parlab.sp_block
-        class SPBlock(parlab.sp_block.SPBlock):
+        import parlab.tp.block
+        class SPBlock(parlab.tp.SPBlock):
             pass
     """, "check_sp_block"),
     "wrapped_block": ("""
-        import parlab.sp_block
+        import parlab.tp.block
         class SPBlock(nn.Module):
             def __init__(self, block):
                 super().__init__()
-                self.inner = parlab.sp_block.SPBlock.from_block(block)
+                self.inner = parlab.tp.SPBlock.from_block(block)
                 for name in ("ln1", "ln2", "qkv", "proj", "fc1", "fc2"):
                     setattr(self, name, getattr(self.inner, name))
             def forward(self, x, generator):
@@ -81,31 +81,31 @@ REEXPORTS = {  # how an answer could hand back parlab's own code -> the check th
             def reduce_replicated_grads(self):
                 self.inner.allreduce_sequence_parallel_grads()
     """, "check_sp_block"),
-    "alias_gather": ("from parlab.sp import gather_from_sequence_parallel_region as gather_seq",
+    "alias_gather": ("from parlab.tp import gather_from_sequence_parallel_region as gather_seq",
                      "check_sp_pair"),
     "wrapped_gather": ("""
-        import parlab.sp
+        import parlab.tp
         def all_gather_sequence(x):
-            return parlab.sp.gather_from_sequence_parallel_region(x)
+            return parlab.tp.gather_from_sequence_parallel_region(x)
     """, "check_sp_pair"),
     "wrapped_dropout": ("""
-        import parlab.sp
+        import parlab.tp
         def sp_dropout(x, p, generator):
-            return parlab.sp.sequence_parallel_dropout(x, p=p, generator=generator)
+            return parlab.tp.sequence_parallel_dropout(x, p=p, generator=generator)
     """, "check_sp_dropout"),
     "wrapped_grads": ("""
-        import parlab.sp
+        import parlab.tp
         def reduce_replicated_grads(self):
-            parlab.sp.allreduce_sequence_parallel_grads(
+            parlab.tp.allreduce_sequence_parallel_grads(
                 [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias, self.fc2.bias])
         SPBlock.reduce_replicated_grads = reduce_replicated_grads
     """, "check_sp_block"),
-    "alias_saved_bytes": ("from parlab.activations import saved_tensor_bytes as saved_bytes",
+    "alias_saved_bytes": ("from parlab.costs.activations import saved_tensor_bytes as saved_bytes",
                           "check_saved_bytes"),
     "wrapped_saved_bytes": ("""
-        import parlab.activations
+        import parlab.costs.activations
         def saved_bytes(fn, *args, exclude=()):
-            return parlab.activations.saved_tensor_bytes(fn, *args, exclude=exclude)
+            return parlab.costs.saved_tensor_bytes(fn, *args, exclude=exclude)
     """, "check_saved_bytes"),
 }
 

@@ -1,4 +1,4 @@
-"""parlab.moe, parlab.moe_dispatch and parlab.moe_costs: the reference MoE and its EP layer.
+"""parlab.moe, parlab.moe.dispatch and parlab.moe.costs: the reference MoE and its EP layer.
 
 References are independent of the code under test: closed forms written out here (the balance
 loss of an even and of a collapsed router, capacities, the keep mask of a hand-worked routing,
@@ -18,9 +18,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from parlab import comm, moe, moe_costs
+from parlab import comm, moe
 from parlab.launch import run
-from parlab.moe_dispatch import ExpertShard, ep_moe, ep_moe_capacity, owner
+from parlab.moe import ExpertShard, ep_moe, ep_moe_capacity, owner
+from parlab.moe import costs as moe_costs
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
 pytestmark = pytest.mark.usefixtures("no_orphans")

@@ -1,7 +1,7 @@
-"""parlab.pp_exec / parlab.pp_run: schedules executed on real ranks over point-to-point messages.
+"""parlab.pp.executor and parlab.pp.run: schedules run on real ranks over point-to-point messages.
 
 References computed here, independently of the executor:
-- the single-device, full-batch run: the same seeded model (parlab.pp_exec.make_model is the
+- the single-device, full-batch run: the same seeded model (parlab.pp.make_model is the
   model's definition, shared on purpose), mean-squared-error over the whole batch, one
   backward. In float64 the pipeline's loss and gradients differ from it only by the order of
   the additions (~1e-16 relative): rtol 1e-10.
@@ -24,9 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from parlab.pp import dependencies, make_schedule
-from parlab.pp_exec import make_data, make_model
-from parlab.pp_run import run_pipeline
+from parlab.pp import dependencies, make_data, make_model, make_schedule, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 RTOL = 1e-10

@@ -1,4 +1,4 @@
-"""parlab.sp, parlab.sp_block and parlab.activations: the reference sequence-parallel code.
+"""parlab.sp, parlab.tp.block and parlab.costs.activations: the reference sequence-parallel code.
 
 References are independent of the code under test: closed forms written out here (position-
 tagged inputs whose all-gather, reduce-scatter and their gradients are known in advance; the
@@ -18,9 +18,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from parlab import activations, comm, costs, sp
+from parlab import comm, costs
+from parlab import tp as sp
+from parlab.costs import activations
 from parlab.launch import run
-from parlab.sp_block import DropoutBlock, SPBlock
+from parlab.tp import DropoutBlock, SPBlock
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
 pytestmark = pytest.mark.usefixtures("no_orphans")

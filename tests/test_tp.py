@@ -22,7 +22,8 @@ from torch import nn
 
 from parlab import comm, costs, tp
 from parlab.launch import RankError, run
-from parlab.tp_attention import Attention, Block, TPAttention, TPBlock, heads_first_qkv
+from parlab.model import MLP, Attention, Block
+from parlab.tp import TPAttention, TPBlock, heads_first_qkv
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -102,7 +103,7 @@ def test_operators_are_the_identity_without_torch_distributed():
         assert torch.equal(y, x) and torch.equal(x.grad, torch.ones_like(x))
         x.grad = None
     torch.manual_seed(0)
-    mlp = tp.MLP(8)
+    mlp = MLP(8)
     x = torch.randn(2, 8)
     assert torch.equal(tp.TPMLP.from_mlp(mlp)(x), mlp(x))  # t = 1: the very same GEMMs
 
@@ -171,7 +172,7 @@ def _module_worker(kind: str, groups: list[list[int]] | None = None) -> dict:
         made = [dist.new_group(g) for g in groups]
         group = next(m for m, g in zip(made, groups, strict=True) if rank in g)
     torch.manual_seed(11)
-    single = {"mlp": lambda: tp.MLP(H), "attention": lambda: Attention(H, HEADS),
+    single = {"mlp": lambda: MLP(H), "attention": lambda: Attention(H, HEADS),
               "block": lambda: Block(H, HEADS)}[kind]()
     x, up = torch.randn(B, S, H), torch.randn(B, S, H)
     ref = _reference(single, x, up)
@@ -302,7 +303,7 @@ def _dtensor_worker() -> tuple:
     )
 
     torch.manual_seed(3)
-    mlp = tp.MLP(H)
+    mlp = MLP(H)
     x = torch.randn(B, S, H)
     ours = tp.TPMLP.from_mlp(copy.deepcopy(mlp))(x)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))

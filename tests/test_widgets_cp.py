@@ -1,4 +1,4 @@
-"""parlab.widgets_cp without a browser: hand-derived work counts, controls that recompute, plots.
+"""parlab.widgets.cp without a browser: hand-derived work counts, controls that recompute, plots.
 
 Hand derivations for W = 4, T = 64 (n = 16 tokens per rank, zigzag chunks of m = 8):
 contiguous w_r = 256 r + 136 -> [136, 392, 648, 904]; striped w_r = 16 (r + 1) + 4 * 120
@@ -14,7 +14,7 @@ import matplotlib
 import torch
 from matplotlib.figure import Figure
 
-from parlab import widgets_cp
+from parlab.widgets import cp as widgets_cp
 
 matplotlib.use("Agg")
 

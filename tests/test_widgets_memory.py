@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from parlab.widgets_memory import describe_memory, memory_explorer, memory_summary  # noqa: E402
+from parlab.widgets import describe_memory, memory_explorer, memory_summary  # noqa: E402
 
 
 def test_practice_problem_numbers():

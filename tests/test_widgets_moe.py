@@ -1,4 +1,4 @@
-"""parlab.widgets_moe without a browser: hand-derived numbers, controls that recompute, plots.
+"""parlab.widgets.moe without a browser: hand-derived numbers, controls that recompute, plots.
 
 Capacity: with N = 256 tokens, E = 8, k = 2, the even share is 64 assignments per expert and
 c = ceil(phi * 64): 80 at phi = 1.25, 16 at phi = 0.25. An even router (skew 0) over many tokens
@@ -13,7 +13,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from parlab import widgets_moe
+from parlab.widgets import moe as widgets_moe
 
 matplotlib.use("Agg")
 

@@ -9,8 +9,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from parlab import plan, topology  # noqa: E402
-from parlab.widgets_plan import planner_widget  # noqa: E402
+from parlab import plan  # noqa: E402
+from parlab.plan import topology
+from parlab.widgets import planner_widget  # noqa: E402
 
 MTNLG = "MT-NLG 530B on 512 H100 (seed 003 quiz)"
 

@@ -1,4 +1,4 @@
-"""parlab.widgets_pp without a browser: numbers derived by hand, controls that recompute, plots.
+"""parlab.widgets.pp without a browser: numbers derived by hand, controls that recompute, plots.
 
 Hand derivations (zero latency): 1F1B with p = 4, m = 8 idles 3/11 of the step, 3/8 of the
 useful time, holds 4 microbatches on rank 0 (GPipe 8) and sends 2m(p - 1) = 48 messages.
@@ -13,7 +13,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from parlab import widgets_pp
+from parlab.widgets import pp as widgets_pp
 
 matplotlib.use("Agg")
 

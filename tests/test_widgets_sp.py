@@ -1,4 +1,4 @@
-"""parlab.widgets_sp without a browser: hand-derived numbers, controls that recompute, plots.
+"""parlab.widgets.sp without a browser: hand-derived numbers, controls that recompute, plots.
 
 Hand derivations for the widget's default, a GPT-3 175B layer (b = 1, s = 2048, h = 12288,
 a = 96, t = 8): sbh = 2048 * 12288 = 3 * 2^23 B per "sbh" (fp16 counted in the coefficients),
@@ -14,7 +14,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from parlab import widgets_sp
+from parlab.widgets import sp as widgets_sp
 
 matplotlib.use("Agg")
 

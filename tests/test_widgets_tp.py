@@ -1,4 +1,4 @@
-"""parlab.widgets_tp without a browser: hand-derived numbers, controls that recompute, plots.
+"""parlab.widgets.tp without a browser: hand-derived numbers, controls that recompute, plots.
 
 Hand derivations for seed 003's practice problem (b = 1, s = h = 8192, t = 8, bf16):
 bsh = 2^26 elements = 2^27 B = 128 MiB; per layer 4 * 2 * 7/8 * 2^27 B = 7 * 2^27 B = 896 MiB,
@@ -13,7 +13,7 @@ import matplotlib
 import pytest
 from matplotlib.figure import Figure
 
-from parlab import widgets_tp
+from parlab.widgets import tp as widgets_tp
 
 matplotlib.use("Agg")
 

@@ -11,7 +11,7 @@ learner's.
 import torch.distributed as dist
 import torch.nn as nn
 
-from parlab.tp_attention import attention_heads
+from parlab.model import attention_heads
 
 CAUGHT_BY = {
     "check_tp_attention": "a contiguous block of 3C/t rows is not one rank's heads",

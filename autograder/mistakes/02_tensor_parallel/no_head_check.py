@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from parlab.tp_attention import attention_heads
+from parlab.model import attention_heads
 
 CAUGHT_BY = {
     "check_tp_attention": "was accepted",

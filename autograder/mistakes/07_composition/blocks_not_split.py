@@ -11,8 +11,7 @@ Replaces train_dp_tp (exercise 4).
 import torch.distributed as dist
 
 from parlab.capstone import make_optimizer, record_progress
-from parlab.corpus import batch, load_corpus
-from parlab.gpt import GPT
+from parlab.model import GPT, batch, load_corpus
 
 CAUGHT_BY = {"check_capstone": "the TP group all-reduced 0 activations"}
 

@@ -11,9 +11,8 @@ import torch.distributed as dist
 from torch import nn
 
 from parlab.capstone import make_optimizer, record_progress
-from parlab.corpus import batch, load_corpus
-from parlab.gpt import GPT
-from parlab.tp_attention import TPBlock
+from parlab.model import GPT, batch, load_corpus
+from parlab.tp import TPBlock
 
 CAUGHT_BY = {"check_capstone": "both DP ranks on the same rows"}
 

@@ -13,9 +13,8 @@ import torch.distributed as dist
 from torch import nn
 
 from parlab.capstone import make_optimizer, record_progress
-from parlab.corpus import batch, load_corpus
-from parlab.gpt import GPT
-from parlab.tp_attention import TPBlock
+from parlab.model import GPT, batch, load_corpus
+from parlab.tp import TPBlock
 
 CAUGHT_BY = {"check_capstone_hidden": "under SGD a summed gradient doubles every step"}
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from parlab import check
 from parlab.check import CheckFailed, assert_close, fail, not_reexport, ranks
 from parlab.check.composition import _reference_functions
+from parlab.errors import refused
 from parlab.launch import CollectiveTimeout, RankError
 
 __all__ = ["check_sync_gradients", "check_capstone", "optimizer", "CheckFailed"]
@@ -76,7 +76,7 @@ def _call(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
 
     try:
-        with check.blocked_reference(_capstone_functions(), REFERENCE):
+        with refused(_capstone_functions(), REFERENCE):
             return fn(*args, **kwargs)
     except (NotImplementedError, CheckFailed):
         raise
@@ -151,7 +151,7 @@ def _train_probe(train: Callable[..., list], cfg: Any, kind: str) -> dict[str, A
 
 def _shard_params(cfg: Any) -> int:
     """Parameters one TP rank holds: blocks split over t, the rest replicated."""
-    from parlab.gpt import GPT
+    from parlab.model.gpt import GPT
 
     model = GPT(cfg)
     blocks = sum(p.numel() for p in model.blocks.parameters())
@@ -161,7 +161,7 @@ def _shard_params(cfg: Any) -> int:
 
 
 def _compare(losses: Any, reference: list[float], kind: str) -> None:
-    from parlab.capstone import TOLERANCE
+    from parlab.capstone.train import TOLERANCE
 
     if not isinstance(losses, (list, tuple)) or len(losses) != len(reference):
         fail(f"train_dp_tp returned {type(losses).__name__} of length "
@@ -179,8 +179,8 @@ def _compare(losses: Any, reference: list[float], kind: str) -> None:
 
 
 def _check_run(train: Callable[..., list], kind: str) -> list[float]:
-    from parlab.capstone import train_single
-    from parlab.gpt import GPTConfig
+    from parlab.capstone.train import train_single
+    from parlab.model.gpt import GPTConfig
 
     cfg = GPTConfig()
     with optimizer(kind):

@@ -18,8 +18,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from parlab import check, costs
+from parlab import costs
 from parlab.check import CheckFailed, assert_equal, fail, not_reexport, ranks
+from parlab.errors import refused
 from parlab.launch import CollectiveTimeout, RankError
 
 __all__ = ["check_axis_groups", "check_build_groups", "check_fit_state", "check_tp_vs_pp",
@@ -42,7 +43,8 @@ GRIDS = [  # (world_size, sizes): the visible check uses the first two
 
 
 def _reference_functions() -> list[Callable[..., Any]]:
-    from parlab import mesh, plan, plan_costs
+    from parlab import mesh, plan
+    from parlab.plan import costs as plan_costs
 
     return [mesh.make_mesh, mesh.new_groups, mesh.Mesh.groups, mesh.Mesh.group_of,
             mesh.Mesh.coords, plan_costs.nodes_spanned, plan_costs.axis_bytes, plan.evaluate,
@@ -50,7 +52,7 @@ def _reference_functions() -> list[Callable[..., Any]]:
 
 
 def _guarded() -> contextlib.AbstractContextManager[None]:
-    return check.blocked_reference(_reference_functions(), REFERENCE)
+    return refused(_reference_functions(), REFERENCE)
 
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

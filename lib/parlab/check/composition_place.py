@@ -1,11 +1,11 @@
 r"""Graded check of module 07, exercise 2: put each axis on the topology and price it.
 
 `nodes_spanned(groups, gpus_per_node)` → the most nodes any one group touches (1: every group
-stays inside a node, on NVLink), compared with `parlab.plan_costs.nodes_spanned` on the groups
+stays inside a node, on NVLink), compared with `parlab.plan.nodes_spanned` on the groups
 of several grids and node sizes.
 `bytes_per_step(n_params, layers, hidden, seq, *, b, m, tp, pp, dp)` → {"tp", "pp", "dp"}: the
 bytes one GPU sends per optimizer step on each axis of a dense model (no vocabulary, plain DDP,
-TP with sequence parallelism, 1F1B), compared with `parlab.plan_costs.axis_bytes` to 1e-9:
+TP with sequence parallelism, 1F1B), compared with `parlab.plan.axis_bytes` to 1e-9:
 
 $$V_\text{tp} = m \lceil L/p \rceil \cdot 16\tfrac{t-1}{t}\,bsh,\qquad
   V_\text{pp} = m \cdot 2 \cdot \frac{2bsh}{t}\ (p>1),\qquad
@@ -43,7 +43,7 @@ MODELS = [  # n_params, layers, hidden, seq, b, m, tp, pp, dp
 
 def _spans_reference(world: int, sizes: dict[str, int], axis: str, per_node: int) -> int:
     from parlab.mesh import make_mesh
-    from parlab.plan_costs import nodes_spanned
+    from parlab.plan.costs import nodes_spanned
 
     return nodes_spanned(make_mesh(world, **sizes), (axis,), per_node)
 
@@ -65,8 +65,8 @@ def _check_spans(nodes_spanned: Callable[[list, int], int], quiet: bool) -> None
 
 def _bytes_reference(n: float, layers: int, hidden: int, seq: int, *, b: int, m: int, tp: int,
                      pp: int, dp: int) -> dict[str, float]:
-    from parlab.plan_costs import axis_bytes
-    from parlab.plan_types import Model, Shape
+    from parlab.plan.costs import axis_bytes
+    from parlab.plan.types import Model, Shape
 
     model = Model("check", n, layers, hidden, math.lcm(tp, 8), seq)
     out = axis_bytes(model, Shape(dp, pp, 1, 1, tp), strategy="ddp", micro_batch=b,
@@ -91,7 +91,7 @@ def _check_bytes(bytes_per_step: Callable[..., dict], quiet: bool) -> None:
 
 def check_placement(nodes_spanned: Callable[[list, int], int],
                     bytes_per_step: Callable[..., dict], *, quiet: bool = False) -> Any:
-    """Both functions of exercise 2 against parlab.plan_costs."""
+    """Both functions of exercise 2 against parlab.plan.costs."""
     not_reexport(nodes_spanned, name="nodes_spanned")
     not_reexport(bytes_per_step, name="bytes_per_step")
     _check_spans(nodes_spanned, quiet)

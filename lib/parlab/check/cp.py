@@ -44,12 +44,15 @@ from parlab.check.cp_common import (
     run_ranks,
 )
 from parlab.check.cp_grads import check_layouts, check_ring_backward
-from parlab.cp import block_attention, empty_partial, guard, merge_partials
-from parlab.cp_layout import LAYOUTS, position_table
+from parlab.cp import blocks, ring
+from parlab.cp.blocks import block_attention, empty_partial, merge_partials
+from parlab.cp.layout import LAYOUTS, position_table
+from parlab.errors import reference_message, refused
 
 __all__ = ["check_merge", "check_ring_forward", "check_ring_backward", "check_layouts",
            "CheckFailed"]
-REFERENCE_RING = ("cp_ring.ring_attention_forward", "cp_ring.ring_attention_backward")
+REFERENCE_RING = (ring.ring_attention_forward, ring.ring_attention_backward)
+RING_REFUSED = reference_message("parlab.cp.ring_attention_forward / backward")
 
 
 # --- exercise 1: merge ---------------------------------------------------------------------------
@@ -120,7 +123,7 @@ def _merge_case(merge: Callable, case: dict, seed: int) -> None:
 def check_merge(merge: Callable, *, seed: int = SEED, quiet: bool = False) -> None:
     """merge(out_a, lse_a, out_b, lse_b) -> (out, lse): see the module docstring."""
     not_reexport(merge, name="merge")
-    with guard(("cp.merge_partials",)):
+    with refused([blocks.merge_partials], reference_message("parlab.cp.merge_partials")):
         for i, case in enumerate(_merge_cases()):
             _merge_case(merge, case, seed + i)
     if not quiet:
@@ -153,7 +156,7 @@ def _forward_worker(fn: Callable, cases: list[dict]) -> list[dict]:
         q, k, v = inputs(case["seed"], world * N, case["dtype"], case["scale"])
         mine = case["table"][rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v)]
-        with guard(REFERENCE_RING), Recorder() as rec:
+        with refused(REFERENCE_RING, RING_REFUSED), Recorder() as rec:
             got = call("ring_attention", fn, *args, case["table"], causal=case["causal"])
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(f"{case['name']}: ring_attention returned {type(got).__name__}, expected a "

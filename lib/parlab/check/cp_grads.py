@@ -35,10 +35,13 @@ from parlab.check.cp_common import (
     reference,
     run_ranks,
 )
-from parlab.cp import guard
-from parlab.cp_layout import position_table
+from parlab.cp import layout as cp_layout
+from parlab.cp import ring
+from parlab.cp.layout import position_table
+from parlab.errors import reference_message, refused
 
-REFERENCE_RING = ("cp_ring.ring_attention_forward", "cp_ring.ring_attention_backward")
+REFERENCE_RING = (ring.ring_attention_forward, ring.ring_attention_backward)
+RING_REFUSED = reference_message("parlab.cp.ring_attention_forward / backward")
 TRAVEL = ("dk and dv must travel round the ring with their K/V block: at every step add your "
           "queries' terms to the accumulators of the block you hold and pass them on with it; "
           "after W hops (one more than K and V) rank r holds the accumulators of its own block")
@@ -65,7 +68,7 @@ def _backward_worker(fn: Callable, cases: list[dict]) -> list[dict]:
         mine = case["table"][rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v, out)]
         args += [lse[..., mine].contiguous().to(dev), dout[..., mine, :].contiguous().to(dev)]
-        with guard(REFERENCE_RING), Recorder() as rec:
+        with refused(REFERENCE_RING, RING_REFUSED), Recorder() as rec:
             got = call("ring_attention_backward", fn, *args, case["table"],
                        causal=case["causal"])
         if not (isinstance(got, tuple) and len(got) == 3):
@@ -204,7 +207,7 @@ def _check_layout(layout: str, table: Tensor, world: int, seq: int) -> None:
 
 
 def _layout_ring_worker(tables: dict[str, Tensor], seed: int) -> dict[str, float]:
-    from parlab.cp_ring import ring_attention_forward
+    from parlab.cp.ring import ring_attention_forward
 
     rank, world, dev = env()
     q, k, v = inputs(seed, tables["striped"].numel())
@@ -224,7 +227,8 @@ def check_layouts(fn: Callable, *, world_size: int = 2, timeout: float = CHECK_T
     """layout_positions(layout, rank, W, T): see the module docstring. Runs the ring on
     `world_size` ranks; returns the per-rank work of each layout at W = 4, T = 32."""
     not_reexport(fn, name="layout_positions")
-    with guard(("cp_layout.layout_positions",)):
+    with refused([cp_layout.layout_positions],
+                 reference_message("parlab.cp.layout_positions")):
         for world, seq in SIZES:
             for layout in ("contiguous", "striped", "zigzag"):
                 _check_layout(layout, _table(fn, layout, world, seq), world, seq)

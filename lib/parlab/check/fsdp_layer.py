@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed, fail
+from parlab.check import CHECK_TIMEOUT_S, fail, refuse_in_rank
 from parlab.check.sp_common import _call, _close, _cpu, _env, _reject_reference, _run
 
 IN, OUT, N, LR, SEED = 8, 8, 3, 0.1, 1234
@@ -48,16 +48,11 @@ def _problem(t: int) -> tuple[nn.Linear, list[torch.Tensor], list[torch.Tensor]]
 
 
 def _guard() -> None:
-    from parlab import fsdp
+    """Refuse parlab's reference FSDP layer in this rank (aliases, wrappers and subclasses)."""
+    from parlab.dp import fsdp
 
-    def blocked(*args: Any, **kwargs: Any) -> Any:
-        raise CheckFailed("your answer runs parlab.fsdp, the course's own reference "
-                          "implementation; the exercise is to write it yourself")
-
-    for name in ("take_shard", "gather_flat_params", "reduce_scatter_flat_grads"):
-        setattr(fsdp, name, blocked)
-    fsdp._FSDPLinearFn.forward = staticmethod(blocked)  # type: ignore[method-assign]
-    fsdp.FSDPLinear.__init__ = blocked  # type: ignore[method-assign]
+    refuse_in_rank([fsdp.take_shard, fsdp.gather_flat_params, fsdp.reduce_scatter_flat_grads,
+                    fsdp._FSDPLinearFn, fsdp.FSDPLinear], "parlab.dp.fsdp")
 
 
 def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:

@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from parlab import check
 from parlab.check import CheckFailed, assert_close, assert_equal, fail, not_reexport
+from parlab.errors import refused
 
 __all__ = ["check_router", "check_capacity", "CheckFailed", "blocked_reference"]
 _LATER = {"check_ep_moe": "moe_ep", "check_ep_capacity": "moe_ep", "check_a2a_bytes": "moe_ep"}
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 REFERENCE = ("your answer runs parlab's own MoE reference implementation (parlab.moe / "
-             "parlab.moe_dispatch); the exercise is to write it yourself")
+             "parlab.moe.dispatch); the exercise is to write it yourself")
 GATES_RENORM = ("the gates are the softmax probabilities over ALL E experts of the chosen "
                 "ones: softmax(x @ weight.T) first, then topk; a softmax over the k chosen "
                 "logits renormalises them")
@@ -45,7 +45,8 @@ CEIL = "the capacity is rounded up: math.ceil(capacity_factor * n_tokens * k / n
 
 
 def _functions() -> list[Callable[..., Any]]:
-    from parlab import moe, moe_dispatch
+    from parlab import moe
+    from parlab.moe import dispatch as moe_dispatch
 
     names = ["route", "balance_loss", "expert_capacity", "keep_mask", "queue_position",
              "moe_reference", "load_stats"]
@@ -56,7 +57,7 @@ def _functions() -> list[Callable[..., Any]]:
 
 def blocked_reference() -> contextlib.AbstractContextManager[None]:
     """Inside the block, every function of parlab's MoE reference raises CheckFailed."""
-    return check.blocked_reference(_functions(), REFERENCE)
+    return refused(_functions(), REFERENCE)
 
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -89,7 +90,7 @@ def _router_case(n: int, c: int, e: int, seed: int, skew: float) -> tuple[torch.
 
 def check_router(router: Callable, *, quiet: bool = False) -> None:
     """router(x, weight, k) -> (gates (N, k), experts (N, k), aux) against parlab.moe."""
-    from parlab.moe import balance_loss, route
+    from parlab.moe.layer import balance_loss, route
 
     not_reexport(router, name="router")
     for n, c, e, k, seed, skew in ((12, 8, 4, 2, 1, 0.0), (16, 8, 8, 2, 2, 3.0),
@@ -155,8 +156,8 @@ def _token_major(experts: torch.Tensor, e: int, cap: int) -> torch.Tensor:
 
 def check_capacity(expert_capacity: Callable, keep_mask: Callable, *, quiet: bool = False) -> None:
     """expert_capacity and keep_mask, exactly, on the worked example and seeded routings."""
-    from parlab.moe import expert_capacity as ref_cap
-    from parlab.moe import keep_mask as ref_keep
+    from parlab.moe.layer import expert_capacity as ref_cap
+    from parlab.moe.layer import keep_mask as ref_keep
 
     not_reexport(expert_capacity, name="expert_capacity")
     not_reexport(keep_mask, name="keep_mask")

@@ -53,7 +53,7 @@ _run = functools.partial(run_checked, hang_hint=HANG, backend="gloo")
 
 
 def _setup(t: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    from parlab.moe import MoE, route
+    from parlab.moe.layer import MoE, route
 
     torch.manual_seed(SEED)
     layer = MoE(C, FFN, 2 * t, k=K).double()
@@ -110,8 +110,8 @@ def _ep_worker(fn: Callable, capacity_factor: float | None) -> dict:
     import torch.distributed as dist
 
     from parlab import comm
-    from parlab.moe import expert_capacity
-    from parlab.moe_dispatch import ExpertShard
+    from parlab.moe.dispatch import ExpertShard
+    from parlab.moe.layer import expert_capacity
 
     rank, t = dist.get_rank(), dist.get_world_size()
     layer, x, up, gates, experts = _setup(t)
@@ -151,7 +151,7 @@ def _ep_worker(fn: Callable, capacity_factor: float | None) -> dict:
 
 def _reference(t: int, capacity_factor: float | None, *, gates_one: bool = False,
                perm: Callable[[int], int] | None = None) -> dict:
-    from parlab.moe import moe_reference
+    from parlab.moe.layer import moe_reference
 
     layer, x, up, gates, experts = _setup(t)
     xr, gr = x.clone().requires_grad_(), gates.detach().clone().requires_grad_()
@@ -167,7 +167,7 @@ def _reference(t: int, capacity_factor: float | None, *, gates_one: bool = False
 
 
 def _compare(results: list, t: int, capacity_factor: float | None, what: str) -> None:
-    from parlab.moe import keep_mask
+    from parlab.moe.layer import keep_mask
 
     ref = _reference(t, capacity_factor)
     wrong = [(_reference(t, capacity_factor, gates_one=True)["y"], GATES),
@@ -224,8 +224,8 @@ def check_ep_capacity(ep_moe_capacity: Callable, *, world_size: int = 2,
                       quiet: bool = False) -> dict:
     """ep_moe_capacity(x, gates, experts, shard, capacity) against the single-device MoE with
     the same drops; returns the forward all-to-all bytes of rank 0, measured and modelled."""
-    from parlab.moe import expert_capacity
-    from parlab.moe_costs import ep_a2a_bytes
+    from parlab.moe.costs import ep_a2a_bytes
+    from parlab.moe.layer import expert_capacity
 
     not_reexport(ep_moe_capacity, name="ep_moe_capacity")
     t = world_size

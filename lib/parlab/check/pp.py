@@ -20,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from parlab import pp
 from parlab.check import CheckFailed, fail, not_reexport
-from parlab.pp_sim import balance_stages, simulate, stage_times
+from parlab.errors import reference_message, refused
+from parlab.pp import schedules as pp
+from parlab.pp.order import validate
+from parlab.pp.simulator import balance_stages, simulate, stage_times
 
 __all__ = ["check_1f1b", "check_balance", "CheckFailed", "call", "BALANCE_CASES"]
 # check_p2p_step and check_placement come from parlab.check.pp_ranks (module __getattr__ at the
@@ -36,11 +38,12 @@ STEADY = ("in the steady phase each step runs the forward of a new microbatch, t
           "backward of the oldest one still held (microbatch i after warm-up + i forwards)")
 
 
-def call(what: str, fn: Callable[..., Any], *args: Any, refuse: tuple[str, ...] = (),
+def call(what: str, fn: Callable[..., Any], *args: Any, refuse: tuple[Callable, ...] = (),
          rank: int | None = None) -> Any:
     """Run learner code with parlab's answers refused; a crash becomes CheckFailed."""
     try:
-        with pp.refusing(*refuse):
+        names = " / ".join(f"parlab.pp.{f.__name__}" for f in refuse)
+        with refused(refuse, reference_message(names)):
             return fn(*args)
     except (NotImplementedError, CheckFailed):
         raise
@@ -77,11 +80,11 @@ def check_1f1b(fn: Callable[[int, int], pp.Schedule], *, quiet: bool = False,
     """Exercise 1: validate, warm-up counts, simulated bubble and memory, then make_schedule."""
     not_reexport(fn, name="one_f_one_b")
     for p, m in cases:
-        sched = call(f"one_f_one_b({p}, {m})", fn, p, m, refuse=("1f1b",))
+        sched = call(f"one_f_one_b({p}, {m})", fn, p, m, refuse=(pp.one_f_one_b,))
         _shape(sched, p, m)
         where = f"one_f_one_b(p={p}, m={m})"
         try:
-            pp.validate(sched)
+            validate(sched)
         except pp.ScheduleError as err:
             fail(f"{where} cannot run: {err}", hint=STEADY if "before" in str(err) else
                  "every rank needs F and B of every microbatch, in an order whose waits on "
@@ -146,7 +149,7 @@ def check_balance(fn: Callable[[Sequence[float], int], Sequence[int]], *, quiet:
     not_reexport(fn, name="balance")
     for costs, p in cases:
         n = len(costs)
-        counts = call(f"balance(costs, {p})", fn, list(costs), p, refuse=("balance_stages",))
+        counts = call(f"balance(costs, {p})", fn, list(costs), p, refuse=(balance_stages,))
         where = f"balance({n} layer costs {costs[:2]}...{costs[-1:]}, p={p})"
         if not isinstance(counts, (list, tuple)) or len(counts) != p or not all(
                 isinstance(k, int) and not isinstance(k, bool) for k in counts):

@@ -2,7 +2,7 @@ r"""Graded checks of module 04 that run on several ranks (exercises 2 and 3).
 
 Exercise 2, `check_p2p_step(forward_step, backward_step)`: the learner's two functions run
 every action of GPipe, then of 1F1B (p = world_size, m = 2p), inside parlab's loop
-(`parlab.pp_exec`: 8 layers of width 16 in float64, batch 16). After each action the tracer's
+(`parlab.pp.executor`: 8 layers of width 16 in float64, batch 16). After each action the tracer's
 record of its point-to-point calls is compared with what the action needs (F: a recv from
 the previous stage unless first, an isend to the next unless last; B the other way round),
 so a missing or misdirected message is named at the action that made it, before anything
@@ -26,6 +26,8 @@ import torch
 
 from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, fail, not_reexport, run_checked
 from parlab.check.pp import call
+from parlab.errors import reference_message, refused
+from parlab.pp import schedules as pp
 
 __all__ = ["check_p2p_step", "check_placement", "CheckFailed"]
 TOL = {"rtol": 1e-9, "atol": 1e-12}
@@ -90,21 +92,21 @@ def _p2p_worker(forward_step: Callable, backward_step: Callable, m: int,
     import torch.distributed as dist
 
     from parlab import comm
-    from parlab.pp import make_schedule
-    from parlab.pp_exec import make_context
-    from parlab.pp_run import rank_result
+    from parlab.pp.executor import make_context
+    from parlab.pp.run import rank_result
+    from parlab.pp.schedules import make_schedule
 
     rank, p = dist.get_rank(), dist.get_world_size()
     out = {}
     for name in names:
         ctx, index = make_context(p, m, 1, **OPTIONS)
-        peak = 0  # no barrier between schedules: see parlab.pp_exec.execute
+        peak = 0  # no barrier between schedules: see parlab.pp.execute
         for a in make_schedule(name, p, m)[rank]:
             fn = forward_step if a.kind == "F" else backward_step
             label = "forward_step" if a.kind == "F" else "backward_step"
             with comm.trace() as tr:
                 call(f"{label}(ctx, {a.microbatch}) ({name})", fn, ctx, a.microbatch,
-                     refuse=("p2p",), rank=rank)
+                     rank=rank)
             _expect(a, ctx, tr.events, name, label)
             peak = max(peak, len(ctx.saved))
         for handle in ctx.sends:
@@ -116,7 +118,7 @@ def _p2p_worker(forward_step: Callable, backward_step: Callable, m: int,
 # --- in the parent -----------------------------------------------------------------------------
 
 def _reference() -> tuple[float, dict[str, torch.Tensor]]:
-    from parlab.pp_exec import make_data, make_model, reference
+    from parlab.pp.executor import make_data, make_model, reference
 
     model = make_model(OPTIONS["n_layers"], OPTIONS["width"], seed=OPTIONS["seed"])
     return reference(model, *make_data(OPTIONS["batch"], OPTIONS["width"], seed=OPTIONS["seed"]))
@@ -195,24 +197,23 @@ def _layers_hint(got: Any, r: int, n: int, p: int, v: int) -> str:
 
 
 def _placement_worker(schedule: Any, options: dict, layers_of: Callable) -> dict:
-    from parlab import pp
-    from parlab.pp_run import pipeline_worker
+    from parlab.pp.run import pipeline_worker
 
-    with pp.refusing("stage_of"):
+    with refused([pp.stage_of], reference_message("parlab.pp.stage_of")):
         return pipeline_worker(schedule, None, options, layers_of)
 
 
 def check_placement(stage_of: Callable, layers_of: Callable, *, world_size: int = 2,
                     timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
     """Exercise 3: looped placement by formula, then an interleaved run on real ranks."""
-    from parlab.pp import make_schedule
+    from parlab.pp.schedules import make_schedule
 
     not_reexport(stage_of, name="stage_of")
     not_reexport(layers_of, name="layers_of")
     for p, v in ((1, 2), (2, 2), (3, 2), (4, 2), (4, 3), (8, 4), (4, 1)):
         for r in range(p):
             for c in range(v):
-                got = call(f"stage_of({r}, {c}, {p})", stage_of, r, c, p, refuse=("stage_of",))
+                got = call(f"stage_of({r}, {c}, {p})", stage_of, r, c, p, refuse=(pp.stage_of,))
                 if got != c * p + r:
                     fail(f"stage_of({r}, {c}, {p}) = {got!r} (v = {v}), expected c p + r = "
                          f"{c * p + r}", hint=CONTIGUOUS if got == r * v + c else
@@ -221,7 +222,7 @@ def check_placement(stage_of: Callable, layers_of: Callable, *, world_size: int 
         n = p * v * k
         for r in range(p):
             got = call(f"layers_of({r}, {n}, {p}, {v})", layers_of, r, n, p, v,
-                       refuse=("stage_of",))
+                       refuse=(pp.stage_of,))
             got = [list(x) for x in got] if isinstance(got, (list, tuple)) else got
             want = [list(range((c * p + r) * k, (c * p + r + 1) * k)) for c in range(v)]
             if got != want:

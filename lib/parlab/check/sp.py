@@ -11,7 +11,7 @@ position s:
 - reduce-scatter: rank r's (B, T, C) input holds (r + 1)(s + 1); the upstream gradient is s on
   its rows. Forward must give $\frac{t(t+1)}{2}(s+1)$ on rank r's rows; backward s everywhere.
 Exercise 2, dropout on a shard: the keep-masks of the whole (B, T, C) activation drawn by
-`parlab.sp.dropout_keep_mask` from a generator seeded the same way; compared exactly (values
+`parlab.tp.dropout_keep_mask` from a generator seeded the same way; compared exactly (values
 x / (1 - p) with p = 0.5 are exact), twice in a row from one generator, and the bytes the
 function saves for backward (a bool mask of its rows: 1 byte per element).
 
@@ -173,7 +173,7 @@ def _full_input(t: int) -> torch.Tensor:
 
 
 def _dropout_worker(dropout: Callable, p: float, seed: int) -> dict:
-    from parlab.activations import SavedTensorMeter
+    from parlab.costs.activations import SavedTensorMeter
 
     rank, t, dev = _env()
     meter = SavedTensorMeter()
@@ -204,7 +204,7 @@ def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p: float = 0.5, 
                      timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
     """sp_dropout(x, p, generator) on rank r's (2, 4, 8) shard of a (2, 4t, 8) activation must
     equal rows r of hidden_dropout on the whole activation, drawn from the same seed."""
-    from parlab.sp import dropout_keep_mask
+    from parlab.tp.sequence import dropout_keep_mask
 
     _reject_reference(dropout, "sp_dropout")
     t = world_size

@@ -1,6 +1,6 @@
 r"""Graded checks of module 03, exercises 3 and 4: a TP + SP layer, and its bytes.
 
-The single-device reference is `parlab.sp_block.DropoutBlock(16, 4, p)` (causal) with seeded
+The single-device reference is `parlab.tp.DropoutBlock(16, 4, p)` (causal) with seeded
 weights, run on B = 2 sequences of T = 8 tokens in float32, its dropout masks drawn from a
 generator seeded with GEN_SEED. Rank r gets rows r*T/t:(r+1)*T/t of the input and of the
 upstream gradient and must return the same rows of the output. Tolerances rtol=1e-5,
@@ -10,7 +10,7 @@ gradients, then with p = 0.25 (dropout on), and once more under no_grad to see t
 seed gives the same output.
 
 Bytes: the tracer's sums over forward + backward, for the learner's layer by kind and for
-parlab.tp_attention.TPBlock (plain TP, run before the guard), against layer_bytes(...) and
+parlab.tp.TPBlock (plain TP, run before the guard), against layer_bytes(...) and
 $4\frac{t-1}{t}bsh\,d$ per kind, i.e. `parlab.costs.tp_bytes_per_layer` in all (d = 4 here).
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from parlab import costs, sp
+from parlab import costs
 from parlab.check import CHECK_TIMEOUT_S, assert_close, fail, not_reexport
 from parlab.check.sp_common import (
     BIAS_ONCE,
@@ -50,6 +50,7 @@ from parlab.check.sp_common import (
     _traced,
 )
 from parlab.comm import trace
+from parlab.tp import sequence as sp
 
 REPLICATED = {"ln1.weight": "ln1.weight", "ln1.bias": "ln1.bias", "ln2.weight": "ln2.weight",
               "ln2.bias": "ln2.bias", "proj.bias": "attn.proj.bias", "fc2.bias": "mlp.fc2.bias"}
@@ -115,8 +116,8 @@ def _learner_run(cls: type, block: Any, x: torch.Tensor, up: torch.Tensor, rank:
 
 
 def _block_worker(cls: type, seed: int, with_tp: bool) -> dict:
-    from parlab.sp_block import DropoutBlock
-    from parlab.tp_attention import TPBlock
+    from parlab.tp.attention import TPBlock
+    from parlab.tp.block import DropoutBlock
 
     rank, t, dev = _env()
     torch.manual_seed(seed)
@@ -266,7 +267,7 @@ def check_sp_bytes(cls: type, layer_bytes: Callable[..., Any], *, world_size: in
                    seed: int = SEED, timeout: float = CHECK_TIMEOUT_S,
                    quiet: bool = False) -> dict:
     """The tracer's bytes over forward + backward of SPBlock, by kind, against layer_bytes and
-    against plain TP's (parlab.tp_attention.TPBlock, same layer). Returns rank 0's numbers."""
+    against plain TP's (parlab.tp.TPBlock, same layer). Returns rank 0's numbers."""
     _reject_reference(cls, "SPBlock")
     _check_formula(layer_bytes)
     t = world_size

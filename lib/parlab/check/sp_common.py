@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from parlab.check import CheckFailed, call_in_rank, fail, not_reference
+from parlab.check import call_learner, fail, not_reference, refuse_in_rank
 from parlab.check.tp_common import _backward as tp_backward
 from parlab.check.tp_common import _close, _cpu, _env, _run, _scale  # noqa: F401 - re-exported
 
@@ -56,30 +56,20 @@ _KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduc
 # --- in the ranks ------------------------------------------------------------------------------
 
 def _guard() -> None:
-    """Make parlab's own sequence-parallel code raise CheckFailed in this rank (catches aliases,
-    wrappers and subclasses alike)."""
-    from parlab import activations, sp, sp_block
+    """Refuse parlab's own sequence-parallel code in this rank (aliases, wrappers and
+    subclasses alike)."""
+    from parlab.tp import block, mappings, sequence
 
-    def blocker(name: str) -> Callable[..., Any]:
-        def blocked(*args: Any, **kwargs: Any) -> Any:
-            raise CheckFailed(f"your answer runs {name}, the course's own reference "
-                              "implementation; the exercise is to write it yourself")
-        return blocked
-
-    for cls in (sp._GatherFromSequenceParallelRegion, sp._ReduceScatterToSequenceParallelRegion,
-                sp._ScatterToSequenceParallelRegion):
-        cls.forward = staticmethod(blocker(f"parlab.sp ({cls.__name__[1:]})"))
-    sp._shard_keep_mask = blocker("parlab.sp.sequence_parallel_dropout")
-    sp._allreduce_grads = blocker("parlab.sp.allreduce_sequence_parallel_grads")
-    sp_block.SPBlock.__init__ = blocker("parlab.sp_block.SPBlock")  # type: ignore[method-assign]
-    sp_block.SPBlock.forward = blocker("parlab.sp_block.SPBlock")  # type: ignore[method-assign]
-    activations.SavedTensorMeter.__enter__ = blocker(  # type: ignore[method-assign]
-        "parlab.activations (SavedTensorMeter)")
+    refuse_in_rank([mappings._GatherFromSequenceParallelRegion,
+                    mappings._ReduceScatterToSequenceParallelRegion,
+                    mappings._ScatterToSequenceParallelRegion, sequence._shard_keep_mask,
+                    sequence._allreduce_grads, block.SPBlock],
+                   "parlab.tp's sequence parallelism")
 
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None) -> Any:
     """Run learner code; a crash becomes CheckFailed saying where (stubs raise as they are)."""
-    return call_in_rank(stage, fn, *args, hint=hint, shape_hint=SEQ_DIM)
+    return call_learner(stage, fn, *args, hint=hint, shape_hint=SEQ_DIM)
 
 
 def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:
@@ -99,7 +89,7 @@ def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, what: str) 
 # --- in the parent -----------------------------------------------------------------------------
 
 def _reject_reference(obj: Any, name: str) -> None:
-    not_reference(obj, name=name, modules=("parlab.sp", "parlab.activations"))
+    not_reference(obj, name=name, modules=("parlab.tp", "parlab.costs.activations"))
 
 
 def _rows(x: torch.Tensor, rank: int, t: int) -> torch.Tensor:

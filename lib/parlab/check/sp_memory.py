@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from parlab.check import CHECK_TIMEOUT_S, assert_equal, fail
+from parlab.check import CHECK_TIMEOUT_S, assert_equal, fail, refuse_in_rank
 from parlab.check.sp_common import (
     GEN_SEED,
     SEED,
@@ -88,9 +88,9 @@ def _regions(x: torch.Tensor, a1: torch.Tensor, a2: torch.Tensor, lns: nn.Module
 
 
 def _memory_worker(saved_bytes: Callable, seed: int) -> dict:
-    from parlab import sp
-    from parlab.activations import saved_tensor_bytes
-    from parlab.check.sp_common import _guard
+    from parlab.costs import activations
+    from parlab.costs.activations import saved_tensor_bytes
+    from parlab.tp import sequence as sp
 
     rank, t, dev = _env()
     torch.manual_seed(seed)
@@ -98,7 +98,7 @@ def _memory_worker(saved_bytes: Callable, seed: int) -> dict:
     whole = [torch.randn(B, T, H, device=dev) for _ in range(3)]
     inputs = {"tp": [w.clone().requires_grad_() for w in whole],
               "sp": [_rows(w, rank, t).clone().requires_grad_() for w in whole]}
-    keep = sp._shard_keep_mask  # taken before the guard blocks it for the learner
+    keep = sp._shard_keep_mask  # the reference dropout: part of the harness, not refused
 
     def sp_drop(a: torch.Tensor, *, p: float, generator: torch.Generator) -> torch.Tensor:
         return a * keep(tuple(a.shape), p, generator, None, a.device) / (1 - p)
@@ -111,7 +111,8 @@ def _memory_worker(saved_bytes: Callable, seed: int) -> dict:
                        exclude=tuple(lns.parameters()))
 
     ref = {k: measure(k, saved_tensor_bytes) for k in ("tp", "sp")}
-    _guard()
+    refuse_in_rank([activations.SavedTensorMeter, saved_tensor_bytes],
+                   "parlab.costs.activations (its meter of saved tensors)")
     got = {k: _call(f"saved_bytes of the non-TP regions under {k.upper()}",
                     lambda k=k: measure(k, saved_bytes)) for k in ("tp", "sp")}
     return {"cases": _cases(saved_bytes) if rank == 0 else None, "ref": ref, "got": got}

@@ -3,7 +3,7 @@ from here, in `parlab.check.tp_layers`; shared helpers in `parlab.check.tp_commo
 
 Every check runs the learner's code on `world_size` ranks through `parlab.check.ranks` and
 compares it, rank by rank, with the single-device module built from the same seeded weights
-(parlab.tp.MLP, parlab.tp_attention.Attention and Block): outputs, the input gradient and the
+(parlab.model.MLP, parlab.model.Attention and Block): outputs, the input gradient and the
 gradient of every parameter shard. The tracer (`parlab.comm.trace`) counts the collectives of
 the forward and of the backward pass separately.
 
@@ -260,7 +260,7 @@ def _mlp_worker(cls: type, seed: int) -> dict:
 
 def check_tp_mlp(cls: type, *, world_size: int = 2, seed: int = SEED,
                  timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
-    """TPMLP(mlp) against parlab.tp.MLP in float32: output, grad of x and of all 4 params."""
+    """TPMLP(mlp) against parlab.model.MLP in float32: output, grad of x and of all 4 params."""
     _reject_reference(cls, "TPMLP")
     t = world_size
     results = _run(_mlp_worker, t, cls, seed, what="TPMLP", timeout=timeout)

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from parlab.check import (
-    CheckFailed,
     assert_close,
-    call_in_rank,
+    call_learner,
     fail,
     not_reference,
+    refuse_in_rank,
     run_checked,
 )
 
@@ -54,29 +54,19 @@ def _env() -> tuple[int, int, torch.device]:
 
 
 def _guard() -> None:
-    """Make parlab's reference TP code raise CheckFailed in this rank (a re-export check that
-    also catches wrappers and subclasses)."""
-    from parlab import tp, tp_attention
+    """Refuse parlab's reference TP code in this rank (aliases, wrappers and subclasses too)."""
+    from parlab.tp import attention, layers, mappings
 
-    def blocker(name: str) -> Callable[..., Any]:
-        def blocked(*args: Any, **kwargs: Any) -> Any:
-            raise CheckFailed(f"your answer runs {name}, the course's own reference "
-                              "implementation; the exercise is to write it yourself")
-        return blocked
-
-    for cls in (tp._CopyToTPRegion, tp._ReduceFromTPRegion, tp._GatherFromTPRegion,
-                tp._ScatterToTPRegion):
-        cls.forward = staticmethod(blocker(f"parlab.tp ({cls.__name__[1:]})"))
-    for cls in (tp.ColumnParallelLinear, tp.RowParallelLinear, tp.TPMLP,
-                tp_attention.TPAttention, tp_attention.TPBlock):
-        name = f"{cls.__module__}.{cls.__name__}"
-        cls.__init__ = blocker(name)  # type: ignore[method-assign]
-        cls.forward = blocker(name)  # type: ignore[method-assign]
+    refuse_in_rank([mappings._CopyToTPRegion, mappings._ReduceFromTPRegion,
+                    mappings._GatherFromTPRegion, mappings._ScatterToTPRegion,
+                    layers.ColumnParallelLinear, layers.RowParallelLinear, layers.TPMLP,
+                    attention.TPAttention, attention.TPBlock, attention.heads_first_qkv],
+                   "parlab.tp")
 
 
 def _call(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None) -> Any:
     """Run learner code; a crash becomes CheckFailed saying where (stubs raise as they are)."""
-    return call_in_rank(stage, fn, *args, hint=hint, shape_hint=LINEAR_LAYOUT)
+    return call_learner(stage, fn, *args, hint=hint, shape_hint=LINEAR_LAYOUT)
 
 
 def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:
@@ -127,7 +117,7 @@ def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str =
 # --- in the parent -----------------------------------------------------------------------------
 
 def _reject_reference(obj: Any, name: str) -> None:
-    not_reference(obj, name=name, modules=("parlab.tp", "parlab.tp_attention"),
+    not_reference(obj, name=name, modules=("parlab.tp",),
                   advice=" (subclass nn.Module or torch.autograd.Function)")
 
 
@@ -215,7 +205,7 @@ def _expect_events(results: list, phase: str, where: str, want: list[str],
 
 
 def _mlp_setup(seed: int, dev: torch.device) -> tuple:
-    from parlab.tp import MLP
+    from parlab.model.transformer import MLP
 
     torch.manual_seed(seed)
     mlp = MLP(H).to(dev)

@@ -1,7 +1,7 @@
 r"""Graded checks of module 02, exercises 4 to 6: row-parallel first, TP attention, a TP layer.
 
 Same conventions as `parlab.check.tp` (helpers in `parlab.check.tp_common`): float32,
-rtol=1e-5, atol=1e-6 against parlab.tp.MLP and parlab.tp_attention.Attention / Block built
+rtol=1e-5, atol=1e-6 against parlab.model.MLP and parlab.model.Attention / Block built
 from the same seeded weights, collectives counted by the tracer, parlab's own TP classes
 blocked in the ranks (the row-first check runs parlab.tp.TPMLP first, for comparison).
 
@@ -55,7 +55,7 @@ QKV_LAYOUT = ("attn.qkv's rows are [Q; K; V] (each C rows, head h at rows h*d:(h
 # --- exercise 4: row-parallel first ---------------------------------------------------------------
 
 def _row_first_worker(cls: type, seed: int) -> dict:
-    from parlab.tp import TPMLP
+    from parlab.tp.layers import TPMLP
 
     rank, t, dev = _env()
     mlp, x, up, ref = _mlp_setup(seed, dev)
@@ -106,7 +106,7 @@ def check_row_first(cls: type, *, world_size: int = 2, seed: int = SEED,
 # --- exercise 5: attention split by heads -----------------------------------------------------
 
 def _setup(kind: str, seed: int, dev: torch.device) -> tuple:
-    from parlab.tp_attention import Attention, Block
+    from parlab.model.transformer import Attention, Block
 
     torch.manual_seed(seed)
     module = (Attention(H, HEADS) if kind == "attention" else Block(H, HEADS)).to(dev)
@@ -124,7 +124,7 @@ def _setup(kind: str, seed: int, dev: torch.device) -> tuple:
 
 def _divisibility(cls: type, t: int, dev: torch.device, rank: int) -> None:
     """TPAttention must refuse t+1 heads on t ranks with a ValueError that names the heads."""
-    from parlab.tp_attention import Attention
+    from parlab.model.transformer import Attention
 
     heads = t + 1
     bad = Attention(4 * heads, heads).to(dev)
@@ -168,7 +168,7 @@ def _qkv_rows(rank: int, t: int) -> torch.Tensor:
 
 def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
                        timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
-    """TPAttention(attn) against parlab.tp_attention.Attention (causal, 4 heads, C = 16):
+    """TPAttention(attn) against parlab.model.Attention (causal, 4 heads, C = 16):
     output, grad of x, of qkv (rows [Q_r; K_r; V_r]) and proj; ValueError for t+1 heads."""
     _reject_reference(cls, "TPAttention")
     t = world_size
@@ -262,7 +262,7 @@ def _check_formula(layer_bytes: Callable[..., float]) -> None:
 def check_tp_block(cls: type, layer_bytes: Callable[..., float], *, world_size: int = 2,
                    seed: int = SEED, timeout: float = CHECK_TIMEOUT_S,
                    quiet: bool = False) -> dict:
-    """TPBlock(block) against parlab.tp_attention.Block, and the bytes the tracer counts over
+    """TPBlock(block) against parlab.model.Block, and the bytes the tracer counts over
     forward + backward against layer_bytes(...) and parlab.costs.tp_bytes_per_layer."""
     _reject_reference(cls, "TPBlock")
     _check_formula(layer_bytes)

@@ -1,0 +1,66 @@
+"""Closed-form cost models as small pure functions: notebooks, widgets, planner and tests use them.
+
+- `closed_forms`: bytes on the wire of each collective, α–β time, TP bytes per layer, training
+  state per strategy and DP traffic, the pipeline bubble, FLOPs per byte against a link.
+- `activations`: a transformer layer's saved activations, region by region, and a meter that
+  measures what autograd really saves.
+- `memory`: memory per device, by part, for each data-parallel strategy.
+- `roofline` (import it as `parlab.costs.roofline`): from measured seconds to the GPU check's
+  FLOP/s, bytes/s and the FLOPs-per-byte threshold.
+
+Every function of `closed_forms`, `activations` and `memory` is importable from here:
+`parlab.costs.ring_allreduce_bytes(...)`.
+"""
+
+from parlab.costs.activations import (
+    REGIONS,
+    SavedTensorMeter,
+    activation_breakdown,
+    activation_bytes_per_layer,
+    region,
+    saved_tensor_bytes,
+)
+from parlab.costs.closed_forms import (
+    ETHERNET_100G_BYTES_PER_S,
+    H100_BF16_FLOPS,
+    NIC_400G_BYTES_PER_S,
+    NVLINK_BIDIR_BYTES_PER_S,
+    NVLINK_PER_DIRECTION_BYTES_PER_S,
+    STATE_BYTES_PER_PARAM,
+    STRATEGIES,
+    all_to_all_bytes,
+    alpha_beta_time,
+    broadcast_bytes,
+    bubble_fraction,
+    bubble_ratio,
+    comm_verdict,
+    dp_flops_per_byte,
+    dp_traffic_bytes,
+    format_times,
+    headroom,
+    min_microbatches,
+    required_flops_per_byte,
+    ring_allgather_bytes,
+    ring_allreduce_bytes,
+    ring_allreduce_time,
+    ring_reduce_scatter_bytes,
+    tp_bytes_per_layer,
+    tp_flops_per_byte,
+    tp_layer_flops_per_byte,
+    training_state_bytes,
+    transfer_time,
+)
+from parlab.costs.memory import GPUS, PARTS, activation_bytes, device_memory, state_breakdown
+
+__all__ = [
+    "H100_BF16_FLOPS", "NVLINK_BIDIR_BYTES_PER_S", "NVLINK_PER_DIRECTION_BYTES_PER_S",
+    "NIC_400G_BYTES_PER_S", "ETHERNET_100G_BYTES_PER_S", "STATE_BYTES_PER_PARAM", "STRATEGIES",
+    "ring_allreduce_bytes", "ring_allgather_bytes", "ring_reduce_scatter_bytes",
+    "all_to_all_bytes", "broadcast_bytes", "transfer_time", "alpha_beta_time",
+    "ring_allreduce_time", "tp_bytes_per_layer", "training_state_bytes", "dp_traffic_bytes",
+    "bubble_fraction", "bubble_ratio", "min_microbatches", "tp_flops_per_byte",
+    "tp_layer_flops_per_byte", "dp_flops_per_byte", "required_flops_per_byte", "headroom",
+    "format_times", "comm_verdict", "REGIONS", "activation_breakdown",
+    "activation_bytes_per_layer", "region", "SavedTensorMeter", "saved_tensor_bytes", "PARTS",
+    "GPUS", "state_breakdown", "activation_bytes", "device_memory",
+]

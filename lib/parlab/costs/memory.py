@@ -1,0 +1,63 @@
+r"""Memory per device for training a dense transformer: state by part, plus activations.
+
+State (`parlab.costs`): weights 2, gradients 2, optimizer 12 bytes per parameter
+(STATE_BYTES_PER_PARAM), each part divided by the data-parallel degree d when the strategy
+shards it: ddp none, zero1 the optimizer, zero2 + the gradients, zero3 / fsdp all three.
+
+Activations (`parlab.costs.activations`, Korthikanti et al. 2022, bf16): per layer
+$sbh(34 + 5as/h)$ bytes; L layers keep L of them. With full recomputation each layer keeps
+only its input, $2sbh$, and one layer's activations are rebuilt at a time in backward:
+$L\cdot 2sbh + sbh(34 + 5as/h)$. Data parallelism does not split activations: each rank runs
+its own micro-batch b.
+"""
+
+from __future__ import annotations
+
+from parlab.costs import closed_forms as costs
+from parlab.costs.activations import activation_bytes_per_layer
+
+__all__ = ["PARTS", "GPUS", "state_breakdown", "activation_bytes", "device_memory"]
+
+PARTS = ("weights", "gradients", "optimizer state", "activations")
+GPUS = {"A100 40 GB": 40e9, "A100 80 GB": 80e9, "H100 80 GB": 80e9, "H200 141 GB": 141e9,
+        "B200 192 GB": 192e9}
+_KEYS = {"weights": "weights", "gradients": "grads", "optimizer state": "optimizer"}
+
+
+def state_breakdown(n_params: float, strategy: str, dp: int) -> dict[str, float]:
+    """Bytes per device of weights, gradients and optimizer state under a strategy.
+
+    Each part is read off `costs.training_state_bytes` by difference: sharding one part changes
+    the total by exactly that part's (1 - 1/d) share, so no sharding table is repeated here.
+    """
+    whole = costs.training_state_bytes(n_params, "ddp", 1)
+    total = costs.training_state_bytes(n_params, strategy, dp)
+    out = {part: costs.STATE_BYTES_PER_PARAM[key] * n_params for part, key in _KEYS.items()}
+    if dp > 1:  # which parts are divided by dp: the ZeRO stages shard them in this order
+        saved = whole - total
+        for part in ("optimizer state", "gradients", "weights"):
+            share = out[part] * (1 - 1 / dp)
+            if saved >= share * (1 - 1e-12):
+                out[part] /= dp
+                saved -= share
+    return out
+
+
+def activation_bytes(layers: int, hidden: int, seq: int, micro_batch: int, *, heads: int,
+                     recompute: bool = False) -> float:
+    r"""Activation bytes one rank keeps for backward (see the module docstring)."""
+    per_layer = activation_bytes_per_layer(micro_batch, seq, hidden, heads, 1)
+    if recompute:
+        return layers * 2 * seq * micro_batch * hidden + per_layer
+    return layers * per_layer
+
+
+def device_memory(n_params: float, *, layers: int, hidden: int, seq: int, micro_batch: int,
+                  strategy: str = "ddp", dp: int = 1, heads: int | None = None,
+                  recompute: bool = False) -> dict[str, float]:
+    """{part: bytes per device} for PARTS (heads defaults to hidden / 128)."""
+    heads = heads or max(1, hidden // 128)
+    out = state_breakdown(n_params, strategy, dp)
+    out["activations"] = activation_bytes(layers, hidden, seq, micro_batch, heads=heads,
+                                          recompute=recompute)
+    return out

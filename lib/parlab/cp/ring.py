@@ -1,0 +1,162 @@
+r"""Ring attention over isend/irecv: the communication half of context parallelism.
+
+W ranks each hold n = T/W tokens of q, k and v (which tokens: a layout, `parlab.cp.layout`)
+and `pos`, the (W, n) table of every rank's global positions, the same on every rank. At step
+s = 0..W-1 rank r holds the K/V block of rank $(r - s) \bmod W$:
+
+    forward, step s:  post isend(K, V -> right), irecv(K', V' <- left)   [not at the last step]
+                      compute block_attention(q, K, V) and merge it       [the transfer flies]
+                      wait; K, V = K', V'
+
+Over W steps every query meets every key; the partial results merge exactly through their
+log-sum-exps (`parlab.cp.merge_partials`), kept in float32. Each rank sends its neighbour
+$W-1$ K/V blocks, $2(W-1)\,nHD\,d$ bytes per batch element. With `overlap=False` the ring
+waits for each transfer before computing: the version whose time is compute plus transfers.
+
+Backward: K and V go round again, and with them the accumulators dK, dV of the block they
+belong to. Rank r adds its queries' terms to the accumulators of block $(r-s) \bmod W$ and
+passes them on; after W steps (one more than K and V) they are home. dQ stays put.
+
+`RingAttention` / `ring_attention` wrap both as an autograd function. Fully masked blocks
+(causal, every key after every query) are skipped; the layout decides how many there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from parlab.cp.blocks import (
+    block_attention,
+    block_attention_backward,
+    empty_partial,
+    merge_partials,
+)
+
+__all__ = ["Transfer", "shift_right", "ring_attention_forward", "ring_attention_backward",
+           "RingAttention", "ring_attention", "fully_masked"]
+
+Attend = Callable[..., tuple[Tensor, Tensor]]
+
+
+class Transfer:
+    """Posted sends and receives of one ring step; `wait()` returns the received tensors."""
+
+    def __init__(self, handles: list[Any], received: list[Tensor]) -> None:
+        self.handles, self.received = handles, received
+
+    def wait(self) -> list[Tensor]:
+        for handle in self.handles:
+            handle.wait()
+        self.handles = []
+        return self.received
+
+
+def _ring(group: Any) -> tuple[int, int, int, int]:
+    """(rank in group, group size, global rank of the right and of the left neighbour)."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if group is None:
+        return rank, world, (rank + 1) % world, (rank - 1) % world
+    return (rank, world, dist.get_global_rank(group, (rank + 1) % world),
+            dist.get_global_rank(group, (rank - 1) % world))
+
+
+def shift_right(tensors: Sequence[Tensor], *, group: Any = None) -> Transfer:
+    """Post, for each tensor, an irecv of its shape from the left neighbour and an isend of it
+    to the right one. Nothing blocks; nobody waits for a peer before posting."""
+    _, _, right, left = _ring(group)
+    handles, received = [], []
+    for t in tensors:
+        buf = torch.empty_like(t)
+        handles.append(dist.irecv(buf, src=left, group=group))
+        handles.append(dist.isend(t.contiguous(), dst=right, group=group))
+        received.append(buf)
+    return Transfer(handles, received)
+
+
+def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
+    """True when causal and every key comes after every query: the block adds nothing."""
+    return causal and int(k_pos.min()) > int(q_pos.max())
+
+
+def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
+                           overlap: bool = True, attend: Attend = block_attention,
+                           group: Any = None) -> tuple[Tensor, Tensor]:
+    """This rank's attention output over the whole sequence: (out, lse).
+
+    q, k, v (B, H, n, D): this rank's tokens; pos (W, n) every rank's global positions.
+    Returns out (B, H, n, D) in q's dtype and lse (B, H, n) in float32 (float64 for float64).
+    `attend` computes one block (the overlap measurement swaps in a known cost).
+    """
+    rank, world, _, _ = _ring(group)
+    out, lse = empty_partial(q)  # (B, H, n, D), (B, H, n): nothing seen yet
+    kv = [k.contiguous(), v.contiguous()]
+    for step in range(world):
+        src = (rank - step) % world  # whose K/V block this rank holds now
+        transfer = shift_right(kv, group=group) if step + 1 < world else None
+        if transfer is not None and not overlap:
+            transfer.wait()  # the version that waits: nothing hides this transfer
+        if not fully_masked(pos[rank], pos[src], causal=causal):
+            part = attend(q, kv[0], kv[1], pos[rank], pos[src], causal=causal)
+            out, lse = merge_partials(out, lse, *part)
+        if transfer is not None:
+            kv = transfer.wait()  # the next block, which flew while this one computed
+    return out.to(q.dtype), lse
+
+
+def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                            dout: Tensor, pos: Tensor, *, causal: bool,
+                            group: Any = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of this rank's tokens, given its forward out and lse and the gradient
+    dout of its output (all (B, H, n, D) but lse (B, H, n)). Gradients in q's dtype."""
+    rank, world, _, _ = _ring(group)
+    kv = [k.contiguous(), v.contiguous()]
+    dq = torch.zeros_like(q, dtype=lse.dtype)  # (B, H, n, D)
+    grads: Transfer | None = None  # the accumulators arriving from the left
+    for step in range(world):
+        src = (rank - step) % world
+        transfer = shift_right(kv, group=group) if step + 1 < world else None
+        dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
+        dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
+        if not fully_masked(pos[rank], pos[src], causal=causal):
+            dq_b, dk_b, dv_b = block_attention_backward(q, kv[0], kv[1], out, lse, dout,
+                                                        pos[rank], pos[src], causal=causal)
+            dq = dq + dq_b
+        if grads is not None:  # block src's accumulators, as the left neighbour passed them
+            dk_in, dv_in = grads.wait()
+            dk_b, dv_b = dk_b + dk_in, dv_b + dv_in
+        grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
+        if transfer is not None:
+            kv = transfer.wait()
+    assert grads is not None
+    dk, dv = grads.wait()  # after W hops, block `rank`'s accumulators are home
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class RingAttention(torch.autograd.Function):
+    """Ring attention as an autograd function: forward and backward both go round the ring."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, causal: bool,
+                group: Any = None) -> Tensor:
+        out, lse = ring_attention_forward(q, k, v, pos, causal=causal, group=group)
+        ctx.save_for_backward(q, k, v, out, lse, pos)
+        ctx.causal, ctx.group = causal, group
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: Tensor) -> tuple:
+        q, k, v, out, lse, pos = ctx.saved_tensors
+        dq, dk, dv = ring_attention_backward(q, k, v, out, lse, dout, pos, causal=ctx.causal,
+                                             group=ctx.group)
+        return dq, dk, dv, None, None, None
+
+
+def ring_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
+                   group: Any = None) -> Tensor:
+    """Differentiable ring attention: this rank's (B, H, n, D) output."""
+    return RingAttention.apply(q, k, v, pos, causal, group)

@@ -1,0 +1,138 @@
+"""The watch that turns a hang of `parlab.launch.run` into an explanation.
+
+Each rank publishes a JSON status line (see `parlab.launch.rank`): starting, running, in a call,
+after a call, returned, raised. The parent reads them to say what every rank was doing when
+a run timed out, and to stop early when a hang is certain: a rank has sat in a call for a
+while and every other rank of that call has already returned, so nobody will ever join it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from parlab.launch.errors import CollectiveTimeout
+
+STARTUP_S = 60.0  # joining the group and unpickling fn (which imports its module) is not
+# counted in `timeout`; it has a bound of its own
+SURE_HANG_S = 1.0  # a call that waits this long for ranks that have all returned is a hang
+P2P_CYCLE_S = 3.0  # ranks waiting on each other's send/recv in a cycle this long: deadlock
+# (a transfer already posted with isend finishes in milliseconds on one machine)
+_OTHER = {"recv": "send", "send": "recv"}
+
+
+class Watch:
+    """Reads the ranks' status lines; raises CollectiveTimeout on a timeout or a sure hang."""
+
+    def __init__(self, statuses: list[Any], timeout: float) -> None:
+        self.statuses, self.timeout = statuses, timeout
+        self.started = time.monotonic()
+        self.all_running_at: float | None = None  # when the last rank started running fn
+
+    def state(self, rank: int) -> dict:
+        raw = bytes(self.statuses[rank].raw).split(b"\0", 1)[0]
+        try:
+            return json.loads(raw) if raw else {"state": "starting"}
+        except ValueError:  # caught mid-write: ask again next time
+            return {"state": "unknown"}
+
+    def describe(self, results: dict[int, Any]) -> str:
+        now = time.time()
+        lines = []
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            ago = now - s.get("t", now)
+            if rank in results or s["state"] == "returned":
+                text = "returned its result"
+            elif s["state"] == "in":
+                text = f"waiting in {s['what']} for {ago:.1f} s (its call #{s['call']})"
+            elif s["state"] == "after":
+                text = (f"running its own code; last call {s['what']} (#{s['call']}) "
+                        f"finished {ago:.1f} s ago")
+            elif s["state"] == "running":
+                text = f"running its own code for {ago:.1f} s, no communication call yet"
+            elif s["state"] == "raised":
+                text = f"raised {s.get('what', 'an exception')}"
+            else:
+                text = "starting (not yet in the process group)"
+            lines.append(f"  rank {rank}: {text}")
+        return "\n".join(lines)
+
+    def _sure_hang(self, results: dict[int, Any]) -> str | None:
+        now = time.time()
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            if s.get("state") != "in" or now - s.get("t", now) < SURE_HANG_S:
+                continue
+            peers = [r for r in s.get("group", []) if r != rank]
+            # the peers returned a while ago, not just now: a wait their last call satisfied
+            # may not have noticed yet (a slow rank's recv completing our isend)
+            if peers and all(r in results and now - self.state(r).get("t", now) >= SURE_HANG_S
+                             for r in peers):
+                hint = ("some rank skipped a collective that the others made" if not
+                        s.get("p2p") else "its peer never made the matching send/recv, or "
+                        "returned without calling .wait() on its isend/irecv request (an "
+                        "unwaited request may never be delivered)")
+                return (f"rank {rank} waits in {s['what']}, but rank(s) {peers} already "
+                        f"returned without making the matching call: {hint}")
+        return self._p2p_cycle(now)
+
+    def _p2p_cycle(self, now: float) -> str | None:
+        """Ranks that each wait to receive from the next (or each wait to send to the next)
+        around a cycle: nobody can move, so this is a deadlock."""
+        waits: dict[int, tuple[str, int]] = {}  # rank -> (direction, peer)
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            kind = s.get("kind", "").replace("wait(", "").rstrip(")")
+            if (s.get("state") == "in" and s.get("p2p") and len(s.get("group", [])) == 1
+                    and now - s.get("t", now) >= P2P_CYCLE_S):
+                waits[rank] = ("recv" if kind in ("recv", "irecv") else "send", s["group"][0])
+        for start, (direction, _) in waits.items():
+            path, rank = [start], waits[start][1]
+            while rank in waits and waits[rank][0] == direction and rank not in path:
+                path.append(rank)
+                rank = waits[rank][1]
+            if rank == start and len(path) > 1:
+                ring = " -> ".join(str(r) for r in path + [start])
+                verb = "receive from" if direction == "recv" else "send to"
+                return (f"deadlock: ranks {ring} each wait to {verb} the next one, so none "
+                        f"of them gets to the matching {_OTHER[direction]}. "
+                        "Post the receive before blocking on the send (irecv + isend, then "
+                        "wait), or let even and odd ranks go in opposite orders")
+        return None
+
+    def check(self, results: dict[int, Any], errors: list) -> None:
+        if errors:
+            return
+        now = time.monotonic()
+        if self.all_running_at is None:
+            if all(self.state(r).get("state") != "starting" for r in range(len(self.statuses))):
+                self.all_running_at = now
+            elif now - self.started > STARTUP_S:
+                self._raise(now - self.started, f"the ranks did not start within {STARTUP_S:g} s "
+                            "(joining the process group and importing the function's module)",
+                            results, certain=False)
+            return
+        elapsed = now - self.all_running_at
+        reason = self._sure_hang(results)
+        if reason is None and elapsed <= self.timeout:
+            return
+        certain = reason is not None
+        if reason is None:
+            reason = (f"no result within timeout={self.timeout:g} s. Likely causes: ranks "
+                      "that wait for each other (a collective or a recv that some rank never "
+                      "reaches), or an endless loop")
+            if any(self.state(r).get("kind") == "new_group" for r in range(len(self.statuses))):
+                reason += (". dist.new_group is collective over the whole world: every rank "
+                           "must create every group, in the same order, even those it is not in")
+        self._raise(elapsed, reason, results, certain=certain)
+
+    def _raise(self, elapsed: float, reason: str, results: dict[int, Any], *,
+               certain: bool) -> None:
+        states = {r: self.state(r) for r in range(len(self.statuses))}
+        when = (f"stopped early, after {elapsed:.1f} s, because the hang is certain"
+                if certain else f"stopped after {elapsed:.1f} s")
+        raise CollectiveTimeout(f"run() {when}: {reason}.\n"
+                                f"What each rank was doing:\n{self.describe(results)}",
+                                states=states, certain=certain, elapsed=elapsed)

@@ -1,0 +1,130 @@
+"""The errors of `parlab.launch.run`, each naming the rank and what it was doing.
+
+- `RankError`: a rank raised (or died); `.rank`, `.exc_type` and `.traceback` (its traceback,
+  pointing at the learner's own cells again, see `relocate`) say which and where.
+- `CollectiveMismatch` (a RankError): ranks called different collectives, or one with tensors
+  of different shape or dtype.
+- `CollectiveTimeout`: a hang; `.certain` tells a hang seen for sure (stopped early) from one
+  that merely ran out of time, `.elapsed` how long the ranks ran.
+
+All three are `parlab.errors.Readable`: in a notebook they show the message and the learner's
+own frames, not the launcher's.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from typing import Any
+
+from parlab.errors import Readable
+
+_COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
+                 "ECONNRESET", "Socket closed", "Connection refused", "monitoredBarrier")
+_MISMATCH = ("Detected mismatch between collectives", "mismatch between collectives")
+
+
+def _compact(text: str) -> str:
+    """Drop the device/layout noise torch prints in every collective fingerprint."""
+    return re.sub(r", TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)", "", text)
+
+
+def code_origins(*objects: Any) -> dict[str, str]:
+    """Function name -> file it was defined in, for the functions and classes shipped to
+    the ranks. cloudpickle renames their file "<dynamic-code>"; with this map a rank's
+    traceback can point at the learner's own cell again."""
+    origins: dict[str, str] = {}
+    todo = list(objects)
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, (list, tuple)):
+            todo.extend(obj)
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, type):
+            todo.extend(v for v in vars(obj).values() if callable(v) or isinstance(v, (
+                staticmethod, classmethod)))
+        elif isinstance(obj, (staticmethod, classmethod)):
+            todo.append(obj.__func__)
+        elif hasattr(obj, "__code__"):
+            codes = [obj.__code__]
+            while codes:
+                code = codes.pop()
+                origins.setdefault(code.co_name, code.co_filename)
+                codes.extend(c for c in code.co_consts if hasattr(c, "co_filename"))
+    return origins
+
+
+def relocate(tb: str, origins: dict[str, str]) -> str:
+    """Put the real file and source line back into a rank's traceback."""
+    def frame(m: re.Match) -> str:
+        line, name = int(m.group(1)), m.group(2)
+        path = origins.get(name)
+        if path is None:
+            return m.group(0)
+        text = linecache.getline(path, line).strip()
+        return f'File "{path}", line {line}, in {name}' + (f"\n    {text}" if text else "")
+
+    return re.sub(r'File "<dynamic-code>", line (\d+), in (\S+)', frame, tb)
+
+
+class RankError(Readable, RuntimeError):
+    """A rank raised (or died). `.rank` names it, `.traceback` holds its traceback."""
+
+    def __init__(self, message: str, *, rank: int, exc_type: str, traceback: str,
+                 reports: list[tuple] | None = None, head: str = "") -> None:
+        super().__init__(message)
+        self.rank, self.exc_type, self.traceback = rank, exc_type, traceback
+        self.learner_traceback = traceback
+        self.reports = reports or []
+        self.head = head or message
+
+    def summary(self) -> str:
+        """What the rank raised and what the others did, without the launcher's traceback."""
+        return self.head
+
+    @classmethod
+    def from_reports(cls, reports: list[tuple], state: str,
+                     origins: dict[str, str] | None = None) -> RankError:
+        """Pick the root cause: a rank's own error beats its peers' broken connections."""
+        own = [r for r in reports if not _is_comm_failure(r[2])]
+        rank, ename, evalue, tb, _ = min(own or reports, key=lambda r: r[4])
+        evalue, tb = _compact(evalue), relocate(_compact(tb), origins or {})
+        kind = CollectiveMismatch if any(m in evalue for m in _MISMATCH) else cls
+        head = (f"rank {rank} raised {ename}: {evalue}" if ename != "RankDied" else evalue)
+        if kind is CollectiveMismatch:
+            head = ("ranks called collectives that do not match (a different operation, or "
+                    "tensors of different shape or dtype on different ranks). Every rank "
+                    "must call the same collectives, in the same order, with tensors of the "
+                    f"same shape.\n{head}")
+        others = [f"  rank {r[0]}: {r[1]}: {_compact(r[2]).splitlines()[0][:300] if r[2] else ''}"
+                  for r in reports if r[0] != rank]
+        consequence = ("other ranks (most likely a consequence):\n" + "\n".join(others)
+                       if others else "")
+        parts = [head, f"\n--- traceback on rank {rank} ---\n{tb.rstrip()}"]
+        parts += [consequence] if consequence else []
+        parts.append("state of every rank:\n" + state)
+        short = "\n".join([head] + ([consequence] if consequence else []))
+        return kind("\n".join(parts), rank=rank, exc_type=ename, traceback=tb, reports=reports,
+                    head=short)
+
+
+class CollectiveMismatch(RankError):
+    """Ranks disagreed on a collective: a different op, shape or dtype."""
+
+
+class CollectiveTimeout(Readable, TimeoutError):
+    """The ranks did not finish in time; the message says what each was doing.
+
+    `.certain` is True when the watch saw a hang for sure (a rank waits on ranks that have
+    returned, or ranks wait on each other in a cycle) and stopped the run before `timeout`;
+    `.elapsed` is how long the ranks had run."""
+
+    def __init__(self, message: str, *, states: dict[int, dict], certain: bool = False,
+                 elapsed: float = 0.0) -> None:
+        super().__init__(message)
+        self.states, self.certain, self.elapsed = states, certain, elapsed
+
+
+def _is_comm_failure(text: str) -> bool:
+    return any(m in text for m in _COMM_FAILURE)

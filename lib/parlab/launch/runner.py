@@ -1,0 +1,204 @@
+"""Run a function on several ranks, from a notebook cell, a test or a script.
+
+    from parlab.launch import run
+
+    def hello():
+        x = torch.ones(2) * dist.get_rank()
+        dist.all_reduce(x)
+        return x
+
+    run(hello, world_size=4)       # [tensor([6., 6.]), ... one per rank, in rank order]
+
+Every rank calls `fn(*args, **kwargs)` inside an initialised default process group. `fn`
+may be defined in a notebook cell: it travels by value (cloudpickle). Ranks are forked from
+a forkserver that has torch imported already, so a warm call costs a fraction of a second.
+The backend is NCCL with one GPU per rank when there are enough GPUs, gloo on CPU otherwise.
+
+Failures never hang and never leave a process behind:
+- a rank that raises -> `RankError` naming the rank, with its traceback;
+- ranks that call different collectives, or pass different shapes to one ->
+  `CollectiveMismatch` (torch's DETAIL debug mode checks every collective);
+- a rank that dies (os._exit, killed for memory) -> `RankError` with its exit code;
+- a hang (a rank skipped a collective, an endless loop) -> `CollectiveTimeout` after
+  `timeout` seconds, or sooner when it is certain, saying what each rank was doing;
+- KeyboardInterrupt (what nbgrader sends on a cell timeout) -> every rank is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing import spawn
+from multiprocessing.connection import wait
+from typing import Any
+
+import cloudpickle
+import torch
+
+from parlab.launch import rank as _rank
+from parlab.launch.diagnose import Watch
+from parlab.launch.errors import RankError, code_origins
+
+__all__ = ["run", "pick_backend"]
+
+_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "parlab.launch.rank",
+            "torch.fx.experimental.symbolic_shapes"]  # imported by the first backward
+_START_LOCK = threading.Lock()
+ERROR_GRACE_S = 0.5  # after a first error, wait this long for the other ranks' reports
+
+
+def pick_backend(world_size: int, backend: str | None = None) -> str:
+    """NCCL when every rank can have its own GPU, gloo otherwise (or what the caller says)."""
+    if backend is not None:
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo', 'nccl' or None, not {backend!r}")
+        if backend == "nccl" and world_size > torch.cuda.device_count():
+            raise ValueError(f"backend='nccl' needs {world_size} GPUs, this machine has "
+                             f"{torch.cuda.device_count()}; use backend=None or 'gloo'")
+        return backend
+    if torch.cuda.is_available() and world_size <= torch.cuda.device_count():
+        return "nccl"
+    return "gloo"
+
+
+def _context() -> Any:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
+
+
+@contextlib.contextmanager
+def _without_main() -> Iterator[None]:
+    """Start ranks without re-running the caller's script: `fn` travels by value, so the
+    child needs nothing from __main__, and a script without an `if __name__ == "__main__"`
+    guard would otherwise start itself again in every rank."""
+    original = spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict:
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _START_LOCK:
+        spawn.get_preparation_data = preparation_data
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
+def _check_args(fn: Any, world_size: Any, timeout: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"run() needs a function to run on every rank, got {type(fn).__name__}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def _serialise(fn: Any, args: tuple, kwargs: dict) -> bytes:
+    try:
+        return cloudpickle.dumps((fn, args, kwargs))
+    except Exception as exc:
+        raise TypeError(f"cannot send {getattr(fn, '__name__', fn)!r} and its arguments to the "
+                        f"ranks: {exc}. Pass tensors, numbers and functions, not open files, "
+                        "locks or process groups.") from exc
+
+
+def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
+        timeout: float = 60.0, **kwargs: Any) -> list:
+    """Run `fn(*args, **kwargs)` on `world_size` ranks; return the results in rank order."""
+    _check_args(fn, world_size, timeout)
+    backend = pick_backend(world_size, backend)
+    payload = _serialise(fn, args, kwargs)
+    ctx = _context()
+    workdir = tempfile.mkdtemp(prefix="parlab-run-")
+    procs: list[Any] = []
+    lifelines: list[Any] = []
+    try:
+        receivers, statuses = [], []
+        for rank in range(world_size):
+            recv_end, send_end = ctx.Pipe(duplex=False)
+            life_r, life_w = ctx.Pipe(duplex=False)
+            status = ctx.RawArray(ctypes.c_char, _rank.STATUS_BYTES)
+            p = ctx.Process(target=_rank.main, name=f"parlab-rank-{rank}", daemon=True, args=(
+                rank, world_size, backend, os.path.join(workdir, "store"), timeout + 5.0,
+                payload, send_end, life_r, status))
+            with _without_main():
+                p.start()
+            send_end.close()
+            life_r.close()
+            procs.append(p)
+            lifelines.append(life_w)
+            receivers.append(recv_end)
+            statuses.append(status)
+        origins = code_origins(fn, args, kwargs)
+        return _collect(procs, receivers, Watch(statuses, timeout), origins)
+    finally:
+        _shutdown(procs, lifelines)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _collect(procs: list, receivers: list, watch: Watch, origins: dict[str, str]) -> list:
+    """Wait for every rank's result; raise the first real failure."""
+    results: dict[int, Any] = {}
+    errors: list[tuple] = []
+    first_error_at: float | None = None
+    pending = list(receivers)
+    while len(results) < len(procs):
+        now = time.monotonic()
+        if first_error_at is not None and (now - first_error_at > ERROR_GRACE_S or not pending):
+            raise RankError.from_reports(errors, watch.describe(results), origins)
+        watch.check(results, errors)  # raises CollectiveTimeout on a sure or timed-out hang
+        ready = wait(pending + [p.sentinel for p in procs], timeout=0.05)
+        for rank, conn in enumerate(receivers):
+            if conn not in pending or (conn not in ready and procs[rank].exitcode is None):
+                continue
+            pending.remove(conn)
+            try:
+                msg = pickle.loads(conn.recv_bytes())
+            except EOFError:  # died without a word
+                procs[rank].join(1.0)
+                msg = ("error",) + _death(rank, procs[rank].exitcode)
+            if msg[0] == "ok":
+                results[rank] = msg[2]
+            else:
+                errors.append(msg[1:])
+                first_error_at = first_error_at or time.monotonic()
+    return [results[r] for r in range(len(procs))]
+
+
+def _death(rank: int, code: int | None) -> tuple:
+    why = f"exit code {code}"
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        why = f"signal {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    text = (f"rank {rank} died ({why}) without returning or raising: os._exit, a crash, or "
+            "the operating system killing it")
+    return (rank, "RankDied", text, text, time.time())
+
+
+def _shutdown(procs: list, lifelines: list) -> None:
+    """Every rank ends here: closing the lifeline ends a healthy rank, SIGKILL the rest."""
+    for w in lifelines:
+        w.close()
+    deadline = time.monotonic() + 1.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive() or p.exitcode is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+            p.join(5.0)

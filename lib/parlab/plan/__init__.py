@@ -1,0 +1,45 @@
+"""A parallelism planner: every DP × TP × PP (× CP × EP) shape of a cluster, priced and ranked.
+
+- `types`: what the planner is given (`Model`, `Cluster`) and returns (`Plan`).
+- `costs`: memory per GPU, bytes per axis and link, stage imbalance.
+- `presets`: the course's practice problems and published runs.
+- `planner`: `plan`, `best`, `evaluate`, `table`.
+- `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
+"""
+
+from parlab.plan.costs import (
+    DP_GROUP,
+    RECOMPUTE,
+    activation_memory,
+    axis_bytes,
+    nodes_spanned,
+    stage_imbalance,
+    stage_layers,
+    stage_params,
+    state_memory,
+)
+from parlab.plan.planner import STRATEGIES, best, evaluate, plan, table
+from parlab.plan.presets import (
+    DEEPSEEK_CLUSTER,
+    DEEPSEEK_V3,
+    H100_32,
+    H100_512,
+    LLAMA3_405B,
+    LLAMA3_CLUSTER,
+    MEGATRON_1T,
+    MEGATRON_CLUSTER,
+    MODEL_512,
+    PRESETS,
+    SEED_70B,
+)
+from parlab.plan.topology import AXIS_COLOURS, draw_plan, shown_nodes
+from parlab.plan.types import AxisTraffic, Cluster, Model, Plan, Shape
+
+__all__ = [
+    "Model", "Cluster", "Shape", "AxisTraffic", "Plan", "RECOMPUTE", "DP_GROUP", "nodes_spanned",
+    "stage_layers", "stage_params", "state_memory", "activation_memory", "axis_bytes",
+    "stage_imbalance", "SEED_70B", "H100_32", "MODEL_512", "H100_512", "LLAMA3_405B",
+    "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3", "DEEPSEEK_CLUSTER",
+    "PRESETS", "evaluate", "plan", "best", "table", "STRATEGIES", "AXIS_COLOURS", "shown_nodes",
+    "draw_plan",
+]

@@ -1,0 +1,71 @@
+"""Models and clusters for the planner (`parlab.plan`): the seeds' problems and published runs.
+
+Bandwidths are bytes/s per GPU, ONE direction (NVLink datasheets quote both directions added).
+
+- `SEED_70B` on `H100_32`: seed 003, practice problem 1: a 70B dense model on 32 H100 80 GB, 8 per
+  node. The seed gives only the parameter count; layers 80, hidden 8192, 64 heads, sequence
+  4096 are Llama 2 70B's (Touvron et al. 2023, arXiv:2307.09288); the vocabulary is left out
+  as the seed does (16 B/param of state). Batch 1024 sequences (4M tokens, Llama 2's).
+- `MODEL_512` on `H100_512`: seed 003 section 8's quiz, 512 H100 in 64 nodes, TP 8 × PP 8 × DP 8.
+  The seed names no model. Megatron-Turing NLG 530B (Smith et al. 2022, arXiv:2201.11990: 105
+  layers, hidden 20480, 128 heads, sequence 2048, global batch 1920; GPT-2's BPE vocabulary,
+  50257) was trained the seed's way, TP 8 inside a node and PP (35) across nodes, on A100s.
+  Smaller models (GPT-3 175B) rank TP 4 first here: their state fits, and TP 4 sends 3/7 of
+  TP 8's bytes.
+- `LLAMA3_405B` on `LLAMA3_CLUSTER`: Llama 3 405B (Dubey et al. 2024, "The Llama 3 Herd of
+  Models", arXiv:2407.21783): 126 layers, width 16384, 128 heads (8 KV heads), vocabulary
+  128256 (the released config), pre-trained at sequence 8192 with 16M-token batches (2048
+  sequences) on up to 16,384 H100 80 GB, 8 per server on NVLink, 400 Gb/s RoCE per GPU; its
+  table 4 runs 16,384 GPUs as TP 8, CP 1, PP 16, DP 128.
+- `MEGATRON_1T` on `MEGATRON_CLUSTER`: the 1T GPT of Narayanan et al. 2021 ("Efficient
+  Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", arXiv:2104.04473,
+  table 1): 128 layers, hidden 25600, 160 heads, sequence 2048, vocabulary 51200, batch 3072,
+  on 3072 A100 80 GB (Selene: DGX A100 nodes, NVLink 3 at 600 GB/s both directions, eight
+  200 Gb/s HDR InfiniBand adapters per node), run as TP 8 × PP 64 × DP 6; A100 bf16 peak
+  312 TFLOP/s.
+- `DEEPSEEK_V3` on `DEEPSEEK_CLUSTER` (an MoE): DeepSeek-V3 (DeepSeek-AI 2024, arXiv:2412.19437):
+  671B parameters, 37B active, 61 layers (the first 3 dense), hidden 7168, 128 heads, 256
+  routed experts of width 2048 per MoE layer, 8 per token, sequence 4096, batch 15360;
+  trained on 2048 H800 with PP 16, EP 64 over 8 nodes, ZeRO-1 DP and no TP; the report
+  quotes 160 GB/s NVLink and 50 GB/s InfiniBand per GPU. Its attention is MLA, which the
+  planner's activation formula does not model.
+"""
+
+from __future__ import annotations
+
+from parlab import costs
+from parlab.plan.types import Cluster, Model
+
+_NVLINK4 = costs.NVLINK_PER_DIRECTION_BYTES_PER_S  # 450e9: 900 GB/s counts both directions
+_NIC = costs.NIC_400G_BYTES_PER_S  # 50e9: one 400 Gb/s NIC per GPU
+
+SEED_70B = Model("70B dense (seed 003)", 70e9, layers=80, hidden=8192, heads=64, seq=4096)
+H100_32 = Cluster("32 × H100 80 GB (4 nodes)", gpus=32, gpus_per_node=8, memory=80e9,
+                  intra_bw=_NVLINK4, inter_bw=_NIC, flops=costs.H100_BF16_FLOPS)
+MODEL_512 = Model("MT-NLG 530B", 530e9, layers=105, hidden=20480, heads=128, seq=2048,
+                  vocab=50257)
+H100_512 = Cluster("512 × H100 80 GB (64 nodes)", gpus=512, gpus_per_node=8, memory=80e9,
+                   intra_bw=_NVLINK4, inter_bw=_NIC, flops=costs.H100_BF16_FLOPS)
+LLAMA3_405B = Model("Llama 3 405B", 405e9, layers=126, hidden=16384, heads=128, seq=8192,
+                    vocab=128256)
+LLAMA3_CLUSTER = Cluster("16,384 × H100 80 GB (Llama 3)", gpus=16384, gpus_per_node=8,
+                         memory=80e9, intra_bw=_NVLINK4, inter_bw=_NIC, flops=989e12,
+                         inter_name="RoCE")
+MEGATRON_1T = Model("GPT 1T (Megatron-LM)", 1008e9, layers=128, hidden=25600, heads=160,
+                    seq=2048, vocab=51200)
+MEGATRON_CLUSTER = Cluster("3,072 × A100 80 GB (Selene)", gpus=3072, gpus_per_node=8,
+                           memory=80e9, intra_bw=300e9, inter_bw=25e9, flops=312e12)
+DEEPSEEK_V3 = Model("DeepSeek-V3", 671e9, layers=61, hidden=7168, heads=128, seq=4096,
+                    vocab=129280, experts=256, top_k=8, moe_layers=58,
+                    expert_params=58 * 256 * 3 * 7168 * 2048)  # 58 layers × 256 SwiGLU experts
+DEEPSEEK_CLUSTER = Cluster("2,048 × H800 80 GB (DeepSeek-V3)", gpus=2048, gpus_per_node=8,
+                           memory=80e9, intra_bw=160e9, inter_bw=_NIC, flops=989e12)
+
+PRESETS: dict[str, tuple[Model, Cluster, int]] = {
+    "70B on 32 H100 (seed 003)": (SEED_70B, H100_32, 1024),
+    "MT-NLG 530B on 512 H100 (seed 003 quiz)": (MODEL_512, H100_512, 1920),
+    "Llama 3 405B on 16,384 H100": (LLAMA3_405B, LLAMA3_CLUSTER, 2048),
+    "GPT 1T on 3,072 A100 (Megatron-LM)": (MEGATRON_1T, MEGATRON_CLUSTER, 3072),
+    "DeepSeek-V3 on 2,048 H800 (MoE)": (DEEPSEEK_V3, DEEPSEEK_CLUSTER, 15360),
+}
+"""Name → (model, cluster, global batch in sequences), for the widget and the notebook."""

@@ -1,0 +1,106 @@
+"""Space-time diagrams of pipeline schedules: ranks as rows, time as columns.
+
+    plot_schedule(make_schedule("1f1b", 4, 8))                   simulate, then draw
+    plot_timeline(result, ax=None, title=None, unit="")          draw a SimResult (simulated
+                                                                 or measured)
+    plot_side_by_side(predicted, measured)                       the two, one beside the other
+
+Forward boxes are green, backward orange, weight-gradient (W) blue; later chunks of an
+interleaved schedule are drawn darker; each box is labelled with its microbatch. Idle time,
+the bubble, is the hatched red behind the boxes.
+"""
+
+from __future__ import annotations
+
+from matplotlib import colors as mcolors
+from matplotlib import pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from parlab.pp.schedules import Schedule
+from parlab.pp.simulator import SimResult, simulate
+
+__all__ = ["COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side"]
+
+COLOURS = {"F": "#59a14f", "B": "#f28e2b", "W": "#4e79a7"}
+BUBBLE = "#d62728"
+NAMES = {"F": "F: forward", "B": "B: backward", "W": "W: weight gradient"}
+
+
+def _shade(colour: str, chunk: int, v: int) -> tuple[float, float, float]:
+    """Chunk 0 in the base colour, later chunks darker."""
+    r, g, b = mcolors.to_rgb(colour)
+    k = 1.0 - 0.45 * chunk / max(1, v - 1) if v > 1 else 1.0
+    return r * k, g * k, b * k
+
+
+def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | None = None,
+                  unit: str = "", scale: float = 1.0, labels: bool = True) -> Figure:
+    """Draw one timeline; times are multiplied by `scale` (1e3 with unit="ms")."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(result.spans)),
+                               layout="constrained")
+    else:
+        fig = ax.figure
+    p, end = len(result.spans), result.makespan * scale
+    ax.barh(range(p), [end] * p, left=0, height=0.8, color="none", edgecolor=BUBBLE,
+            hatch="///", linewidth=0, alpha=0.5)
+    kinds = set()
+    for r, row in enumerate(result.spans):
+        groups: dict[tuple, list] = {}
+        for s in row:
+            kinds.add(s.action.kind)
+            groups.setdefault((s.action.kind, s.action.chunk), []).append(
+                (s.start * scale, (s.end - s.start) * scale))
+            width = (s.end - s.start) * scale
+            if labels and width > end / 90 and (width > end / 45 or len(row) <= 40):
+                ax.text(s.start * scale + width / 2, r, str(s.action.microbatch), ha="center",
+                        va="center", fontsize=7 if width > end / 45 else 5, color="white")
+        for (kind, chunk), bars in groups.items():
+            ax.broken_barh(bars, (r - 0.4, 0.8), facecolors=_shade(COLOURS[kind], chunk,
+                                                                    result.v),
+                           edgecolor="white", linewidth=0.5)
+    ax.set_ylim(p - 0.5, -0.5)  # rank 0 on top
+    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+    siblings = [a for a in ax.get_shared_x_axes().get_siblings(ax) if a is not ax]
+    ax.set_xlim(0, max([end] + [a.get_xlim()[1] for a in siblings if a.has_data()]))
+    ax.set_xlabel(f"time ({unit})" if unit else "time (units of the costs)")
+    names = dict(NAMES, B="B: backward, input gradient") if "W" in kinds else NAMES
+    handles = [Patch(color=COLOURS[k], label=names[k]) for k in "FBW" if k in kinds]
+    if result.v > 1:
+        handles.append(Patch(color=_shade(COLOURS["F"], result.v - 1, result.v),
+                             label=f"darker: later chunks (v = {result.v})"))
+    handles.append(Patch(facecolor="white", edgecolor=BUBBLE, hatch="///",
+                         label=f"bubble {result.bubble_fraction:.1%}"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
+              frameon=False)
+    ax.set_title(title or f"p = {p}, m = {result.m}" + (f", v = {result.v}" if result.v > 1
+                                                         else "") +
+                 f": bubble {result.bubble_fraction:.1%}, makespan {end:.3g} {unit}".rstrip())
+    return fig
+
+
+def plot_schedule(schedule: Schedule, t_f: float = 1.0, t_b: float = 2.0, t_w: float = 0.0,
+                  *, latency: float = 0.0, ax: Axes | None = None,
+                  title: str | None = None) -> Figure:
+    """Simulate `schedule` with these costs and draw it."""
+    return plot_timeline(simulate(schedule, t_f, t_b, t_w, latency=latency), ax, title=title)
+
+
+def plot_side_by_side(predicted: SimResult, measured: SimResult, *, unit: str = "ms",
+                      scale: float = 1e3, suptitle: str | None = None) -> Figure:
+    """The simulator's prediction and a real run, on the same time axis, one beside the other."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.9 + 0.55 * len(predicted.spans)),
+                                      sharex=True, sharey=True, layout="constrained")
+    plot_timeline(predicted, left, unit=unit, scale=scale,
+                  title=f"predicted (simulate): bubble {predicted.bubble_fraction:.1%}")
+    plot_timeline(measured, right, unit=unit, scale=scale,
+                  title=f"measured on {len(measured.spans)} ranks: bubble "
+                        f"{measured.bubble_fraction:.1%}")
+    end = max(predicted.makespan, measured.makespan) * scale
+    left.set_xlim(0, end)
+    left.get_legend().remove()  # one legend, on the right
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig

@@ -1,0 +1,83 @@
+"""ipywidgets explorers and figures for every module, over `parlab.costs` and the references.
+
+Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
+`*_summary(**controls) -> dict`, `describe_*(summary) -> str`, `plot_*(summary) -> Figure`.
+
+- `interconnect` (module 00), `figures` (module 00's pictures of the collectives), `memory`
+  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07).
+"""
+
+from parlab.widgets.cp import (
+    describe_work,
+    plot_measured_work,
+    plot_ring_schedule,
+    plot_work,
+    work_explorer,
+    work_summary,
+)
+from parlab.widgets.explorer import Explorer, Summary, log_slider
+from parlab.widgets.figures import (
+    collective_states,
+    draw_collective,
+    draw_ring_allreduce,
+    plot_allreduce_time,
+    ring_allreduce_states,
+)
+from parlab.widgets.interconnect import (
+    CUSTOM,
+    LINK_PRESETS_GBPS,
+    describe_interconnect,
+    interconnect_explorer,
+    interconnect_summary,
+    plot_interconnect,
+)
+from parlab.widgets.memory import describe_memory, memory_explorer, memory_summary, plot_memory
+from parlab.widgets.moe import (
+    a2a_explorer,
+    a2a_summary,
+    capacity_explorer,
+    capacity_summary,
+    describe_a2a,
+    describe_capacity,
+    plot_a2a,
+    plot_capacity,
+    skewed_routing,
+)
+from parlab.widgets.plan import (
+    Planner,
+    describe_planner,
+    planner_summary,
+    planner_widget,
+    plot_planner,
+)
+from parlab.widgets.pp import describe_pipeline, pipeline_explorer, pipeline_summary, plot_pipeline
+from parlab.widgets.sp import (
+    activation_explorer,
+    activation_summary,
+    describe_activations,
+    plot_activations,
+    plot_sp_layout,
+)
+from parlab.widgets.tp import (
+    describe_tp_comm,
+    layer_flops,
+    plot_mlp_sharding,
+    plot_tp_comm,
+    tp_comm_explorer,
+    tp_comm_summary,
+)
+
+__all__ = [
+    "Explorer", "Summary", "log_slider", "interconnect_explorer", "interconnect_summary",
+    "describe_interconnect", "plot_interconnect", "LINK_PRESETS_GBPS", "CUSTOM", "draw_collective",
+    "draw_ring_allreduce", "plot_allreduce_time", "collective_states", "ring_allreduce_states",
+    "memory_explorer", "memory_summary", "describe_memory", "plot_memory", "tp_comm_explorer",
+    "tp_comm_summary", "describe_tp_comm", "plot_tp_comm", "plot_mlp_sharding", "layer_flops",
+    "activation_explorer", "activation_summary", "describe_activations", "plot_activations",
+    "plot_sp_layout", "pipeline_explorer", "pipeline_summary", "describe_pipeline",
+    "plot_pipeline", "work_summary", "describe_work", "plot_work", "work_explorer",
+    "plot_ring_schedule", "plot_measured_work", "capacity_explorer", "capacity_summary",
+    "describe_capacity", "plot_capacity", "a2a_explorer", "a2a_summary", "describe_a2a",
+    "plot_a2a", "skewed_routing", "planner_widget", "planner_summary", "describe_planner",
+    "plot_planner", "Planner",
+]

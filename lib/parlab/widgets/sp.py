@@ -1,0 +1,189 @@
+r"""Module 03 widget: a layer's activation memory per rank, region by region, TP against TP + SP.
+
+Same pattern as `parlab.widgets` (Explorer, `log_slider`):
+
+    activation_summary(b, s, h, a, t, *, recompute_scores=False) -> summary dict (numbers)
+    describe_activations(summary) -> str (HTML)
+    plot_activations(summary) -> Figure (stacked bars by region; totals against t)
+    activation_explorer(...) -> Explorer with sliders b, s, h, a, t and a checkbox
+
+The numbers are `parlab.costs.activation_breakdown` (Korthikanti et al. 2022, fp16
+activations, bytes per layer and rank): one device $sbh(34 + 5as/h)$, TP
+$sbh(10 + 24/t + 5as/(ht))$, TP + SP $\frac{sbh}{t}(34 + 5as/h)$. With recompute_scores the
+attention scores ($5as^2b$) are not kept but recomputed in backward, as FlashAttention and
+Megatron's selective recomputation do.
+
+`plot_sp_layout(t)` draws what each rank holds of a (T, C) activation in each region of a
+layer under TP and under TP + SP.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from parlab.costs.activations import REGIONS, activation_breakdown
+from parlab.widgets.explorer import Explorer, Summary, log_slider
+
+T_VALUES = (1, 2, 4, 8, 16)
+HEADS = (8, 16, 32, 40, 48, 64, 96, 128)
+SCORES = "attention scores (softmax, mask, dropout)"
+REPLICATED = [name for name, (_, split) in REGIONS.items() if not split]  # what TP leaves whole
+COLOURS = dict(zip(REGIONS, ("tab:orange", "tab:red", "tab:pink", "tab:blue", "tab:purple",
+                             "tab:cyan"), strict=True))
+
+
+def _breakdown(b: int, s: int, h: int, a: int, t: int, *, sp: bool,
+               recompute_scores: bool) -> dict[str, float]:
+    out = activation_breakdown(b, s, h, a, t, sp=sp)
+    if recompute_scores:
+        out[SCORES] = 0.0
+    return out
+
+
+def activation_summary(b: int, s: int, h: int, a: int, t: int, *,
+                       recompute_scores: bool = False) -> Summary:
+    """Bytes per layer and rank for one device, TP and TP + SP at this t, and against t.
+
+    Keys: the inputs; "settings" (three labels); "breakdown" {label: {region: bytes}};
+    "totals" {label: bytes}; "replicated" {label: bytes of the regions TP leaves whole};
+    "ts", "tp_by_t", "sp_by_t" (totals for every t in T_VALUES); "saving" (TP total minus
+    TP + SP total) and "ratio" (TP total / TP + SP total).
+    """
+    labels = ["one device", f"TP, t = {t}", f"TP + SP, t = {t}"]
+    cases = [(1, False), (t, False), (t, True)]
+    breakdown = {lab: _breakdown(b, s, h, a, n, sp=sp, recompute_scores=recompute_scores)
+                 for lab, (n, sp) in zip(labels, cases, strict=True)}
+    totals = {lab: sum(parts.values()) for lab, parts in breakdown.items()}
+    return {
+        "b": b, "s": s, "h": h, "a": a, "t": t, "recompute_scores": recompute_scores,
+        "settings": labels, "breakdown": breakdown, "totals": totals,
+        "replicated": {lab: sum(parts[r] for r in REPLICATED) for lab, parts in breakdown.items()},
+        "ts": list(T_VALUES),
+        "tp_by_t": [sum(_breakdown(b, s, h, a, n, sp=False,
+                                   recompute_scores=recompute_scores).values()) for n in T_VALUES],
+        "sp_by_t": [sum(_breakdown(b, s, h, a, n, sp=True,
+                                   recompute_scores=recompute_scores).values()) for n in T_VALUES],
+        "saving": totals[labels[1]] - totals[labels[2]],
+        "ratio": totals[labels[1]] / totals[labels[2]],
+    }
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2**30:,.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
+
+
+def describe_activations(summary: Summary) -> str:
+    s = summary
+    one, tp, sp = s["settings"]
+    share = s["replicated"][tp] / s["totals"][tp]
+    scores = ("attention scores recomputed in backward (not kept)" if s["recompute_scores"]
+              else "attention scores kept")
+    return (f"b = {s['b']}, s = {s['s']:,}, h = {s['h']:,}, a = {s['a']}, fp16, {scores}; "
+            f"per layer and rank:<br>one device <b>{_size(s['totals'][one])}</b>; "
+            f"TP <b>{_size(s['totals'][tp])}</b>, of which {_size(s['replicated'][tp])} "
+            f"({share:.0%}) is the LayerNorm, dropout and GEMM-input regions TP leaves whole; "
+            f"TP + SP <b>{_size(s['totals'][sp])}</b>: {s['ratio']:.2f}&times; less than TP, "
+            f"{_size(s['saving'])} saved per layer for the same bytes on the wire")
+
+
+def plot_activations(summary: Summary, axes: tuple[Axes, Axes] | None = None) -> Figure:
+    """Left: stacked bars by region for the three settings. Right: totals against t."""
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), layout="constrained",
+                                 gridspec_kw={"width_ratios": [1.2, 1]})
+    left, right = axes
+    fig = left.figure
+    s, unit = summary, 2**20
+    bottoms = [0.0] * len(s["settings"])
+    for region in REGIONS:
+        values = [s["breakdown"][lab][region] / unit for lab in s["settings"]]
+        hatch = None if region in REPLICATED else "//"
+        left.bar(s["settings"], values, bottom=bottoms, color=COLOURS[region], hatch=hatch,
+                 edgecolor="white", label=region + (" (TP splits it)" if hatch else ""))
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    left.set_ylabel("activation memory per layer and rank (MiB)")
+    left.set_xlabel("setting")
+    left.set_title(f"By region (b={s['b']}, s={s['s']:,}, h={s['h']:,}, a={s['a']})")
+    left.legend(fontsize="x-small", loc="upper right", framealpha=0.9)
+    right.plot(s["ts"], [v / unit for v in s["tp_by_t"]], "o-", color="tab:red", label="TP")
+    right.plot(s["ts"], [v / unit for v in s["sp_by_t"]], "s-", color="tab:green",
+               label="TP + SP")
+    right.axvline(s["t"], color="black", ls=":", label=f"chosen t = {s['t']}")
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xticks(s["ts"], [str(n) for n in s["ts"]])
+    right.set_xlabel("tensor-parallel size t")
+    right.set_ylabel("MiB per layer and rank")
+    right.set_title("TP alone levels off at the 10 sbh it cannot split")
+    right.legend(fontsize="small")
+    return fig
+
+
+def activation_explorer(b: int = 1, s: int = 2048, h: int = 12288, a: int = 96,
+                        t: int = 8, recompute_scores: bool = False) -> Explorer:
+    """Defaults: Korthikanti et al.'s GPT-3 175B layer (s = 2048, h = 12288, a = 96, t = 8).
+
+    Controls (keys of `.controls`): "b", "s", "h", "a", "t", "recompute_scores"."""
+    wide = {"style": {"description_width": "10em"}, "layout": widgets.Layout(width="36em")}
+    controls = {
+        "b": widgets.IntSlider(value=b, min=1, max=32, description="micro-batch b",
+                               continuous_update=False, **wide),
+        "s": log_slider("sequence s", s, 2, 9, 17, 1, ",.0f"),
+        "h": log_slider("hidden size h", h, 2, 10, 15, 0.5, ",.0f"),
+        "a": widgets.SelectionSlider(options=list(HEADS), value=a, description="heads a",
+                                     continuous_update=False, **wide),
+        "t": widgets.SelectionSlider(options=list(T_VALUES), value=t, description="TP size t",
+                                     continuous_update=False, **wide),
+        "recompute_scores": widgets.Checkbox(value=recompute_scores, description=(
+            "recompute attention scores (FlashAttention)"), style={"description_width": "10em"}),
+    }
+
+    def compute(b: int, s: float, h: float, a: int, t: int, recompute_scores: bool) -> Summary:
+        return activation_summary(int(b), round(s), round(h), int(a), int(t),
+                                  recompute_scores=bool(recompute_scores))
+
+    return Explorer(controls, compute, describe_activations, plot_activations)
+
+
+def plot_sp_layout(t: int = 2, ax: Axes | None = None) -> Figure:
+    """What rank 0 holds of a (T, C) activation (T rows, C columns), region by region, under TP
+    (top) and TP + SP (bottom): blue its own share, grey a copy every rank holds."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10.0, 3.6), layout="constrained")
+    else:
+        fig = ax.figure
+    stages = [("LayerNorm", "rows"), ("enter", None), ("attention\n(by heads)", "cols"),
+              ("leave", None), ("dropout +\nresidual", "rows")]
+    for row, (label, sp) in enumerate((("TP", False), ("TP + SP", True))):
+        y0 = 2.6 * (1 - row)
+        ax.text(-0.3, y0 + 0.8, label, ha="right", va="center", fontweight="bold")
+        x = 0.0
+        for name, kind in stages:
+            if kind is None:
+                arrow = ("all-gather" if name == "enter" else "reduce-scatter") if sp else \
+                    ("f (identity)" if name == "enter" else "g (all-reduce)")
+                ax.annotate("", (x + 1.1, y0 + 0.8), (x, y0 + 0.8),
+                            arrowprops={"arrowstyle": "->"})
+                ax.text(x + 0.55, y0 + 1.0, arrow, ha="center", fontsize="x-small")
+                x += 1.3
+                continue
+            whole = kind == "rows" and not sp  # a copy on every rank
+            ax.add_patch(Rectangle((x, y0), 1.2, 1.6, edgecolor="black",
+                                   facecolor="lightgrey" if whole else "white"))
+            if kind == "cols":  # rank 0's columns: its heads, for all T tokens
+                ax.add_patch(Rectangle((x, y0), 1.2 / t, 1.6, facecolor="tab:blue"))
+            elif sp:  # rank 0's rows: its tokens, all C features
+                ax.add_patch(Rectangle((x, y0 + 1.6 - 1.6 / t), 1.2, 1.6 / t,
+                                       facecolor="tab:blue"))
+            ax.text(x + 0.6, y0 - 0.25, name, ha="center", va="top", fontsize="small")
+            x += 1.5
+    ax.set_xlim(-1.6, x)
+    ax.set_ylim(-1.0, 4.5)
+    ax.axis("off")
+    ax.set_title(f"What rank 0 of t = {t} holds of a (T × C) activation\nblue: its own share; "
+                 "grey: a copy every rank holds; white: not held")
+    return fig
