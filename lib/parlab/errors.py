@@ -83,13 +83,14 @@ def learner_frames(tb_text: str) -> list[str]:
     return out[-MAX_FRAMES:]
 
 
-def _frames_of(exc: BaseException | None) -> list[str]:
-    """Learner frames of the exception this one was raised while handling (the learner's own
-    error, when a check turned it into a message), else of this one."""
+def _frames_of(exc: BaseException) -> list[str]:
+    """Learner frames of the exceptions `exc` was raised while handling: the learner's own
+    error, when a check turned it into a message. `exc`'s own frames are the check's."""
     chain: list[BaseException] = []
-    while exc is not None and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    link = exc.__cause__ or exc.__context__
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     for link in reversed(chain):
         frames = learner_frames("".join(traceback.format_tb(link.__traceback__)))
         if frames:

@@ -29,14 +29,18 @@ def _compact(text: str) -> str:
     return re.sub(r", TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)", "", text)
 
 
-def code_origins(*objects: Any) -> dict[str, str]:
-    """Function name -> file it was defined in, for the functions and classes shipped to
-    the ranks. cloudpickle renames their file "<dynamic-code>"; with this map a rank's
-    traceback can point at the learner's own cell again."""
-    origins: dict[str, str] = {}
-    todo = list(objects)
+def code_origins(*objects: Any) -> dict[str, list[tuple[str, int, int]]]:
+    """Function name -> (file, first line, last line) of each function and method shipped to
+    the ranks, and of those they reach through their module's globals (a class a learner's
+    function calls, defined in another cell). cloudpickle renames their file "<dynamic-code>";
+    with this map a rank's traceback can point at the learner's own cell again."""
+    origins: dict[str, list[tuple[str, int, int]]] = {}
+    todo, seen = list(objects), set()
     while todo:
         obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
         if isinstance(obj, (list, tuple)):
             todo.extend(obj)
         elif isinstance(obj, dict):
@@ -47,19 +51,34 @@ def code_origins(*objects: Any) -> dict[str, str]:
         elif isinstance(obj, (staticmethod, classmethod)):
             todo.append(obj.__func__)
         elif hasattr(obj, "__code__"):
+            todo.extend(_same_module_globals(obj))
             codes = [obj.__code__]
             while codes:
                 code = codes.pop()
-                origins.setdefault(code.co_name, code.co_filename)
+                lines = [ln for _, _, ln in code.co_lines() if ln is not None]
+                origins.setdefault(code.co_name, []).append(
+                    (code.co_filename, code.co_firstlineno, max(lines, default=0)))
                 codes.extend(c for c in code.co_consts if hasattr(c, "co_filename"))
     return origins
 
 
-def relocate(tb: str, origins: dict[str, str]) -> str:
+def _same_module_globals(fn: Any) -> list[Any]:
+    """The functions and classes `fn` names that live in its own (the learner's) module."""
+    module = getattr(fn, "__module__", None)
+    if not module or module.startswith(("parlab", "torch")):
+        return []
+    names = getattr(fn.__code__, "co_names", ())
+    found = [fn.__globals__.get(n) for n in names]
+    return [o for o in found if (isinstance(o, type) or hasattr(o, "__code__"))
+            and getattr(o, "__module__", None) == module]
+
+
+def relocate(tb: str, origins: dict[str, list[tuple[str, int, int]]]) -> str:
     """Put the real file and source line back into a rank's traceback."""
     def frame(m: re.Match) -> str:
         line, name = int(m.group(1)), m.group(2)
-        path = origins.get(name)
+        path = next((f for f, first, last in origins.get(name, []) if first <= line <= last),
+                    None)
         if path is None:
             return m.group(0)
         text = linecache.getline(path, line).strip()
@@ -85,7 +104,7 @@ class RankError(Readable, RuntimeError):
 
     @classmethod
     def from_reports(cls, reports: list[tuple], state: str,
-                     origins: dict[str, str] | None = None) -> RankError:
+                     origins: dict[str, list[tuple[str, int, int]]] | None = None) -> RankError:
         """Pick the root cause: a rank's own error beats its peers' broken connections."""
         own = [r for r in reports if not _is_comm_failure(r[2])]
         rank, ename, evalue, tb, _ = min(own or reports, key=lambda r: r[4])

@@ -1,0 +1,153 @@
+"""parlab.errors: the one refusal mechanism, and what a learner reads when something fails.
+
+Refusal: every way an answer can reach a reference (the function itself, an alias taken before
+the block, a wrapper, a subclass whose __init__ calls super(), an autograd Function's static
+forward) raises CheckFailed inside `refused`, and everything runs as written after it, also when
+the block ends with an exception.
+
+Rendering: in a notebook (IPython's `_render_traceback_`) a failure shows its message and the
+frames of the learner's own code, never parlab's. tests/test_render.py checks the same in a real
+kernel, on a course notebook.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parlab import comm
+from parlab.check import call_learner, fail
+from parlab.errors import CheckFailed, learner_frames, reference_message, refused
+from parlab.launch import CollectiveTimeout, RankError, run
+
+MESSAGE = reference_message("the reference")
+
+
+def reference(x):
+    return x + 1
+
+
+class Reference(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()  # a closure cell (__class__): the swap must fit it
+        self.n = n
+
+    def forward(self, x):
+        return x * self.n
+
+
+class RefFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+alias = reference
+
+
+def wrapper(x):
+    return reference(x)
+
+
+class Sub(Reference):
+    def __init__(self):
+        super().__init__(3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: reference(1), lambda: alias(1), lambda: wrapper(1), lambda: Reference(2),
+    lambda: Sub(), lambda: RefFn.apply(torch.ones(2)),
+], ids=["itself", "alias", "wrapper", "class", "subclass", "autograd-function"])
+def test_every_path_to_a_reference_is_refused(call):
+    with refused([reference, Reference, RefFn], MESSAGE):
+        with pytest.raises(CheckFailed, match="the course's own reference implementation"):
+            call()
+    call()  # restored
+
+
+def test_refusal_lifts_after_an_exception_and_nests():
+    with pytest.raises(ZeroDivisionError):
+        with refused([reference], MESSAGE):
+            raise ZeroDivisionError("inside the block")
+    assert reference(1) == 2
+    with refused([reference], "outer"):
+        with refused([Reference], "inner"):
+            with pytest.raises(CheckFailed, match="outer"):
+                reference(1)
+        assert Reference(2)(torch.ones(1)).item() == 2  # the inner block is over
+    assert reference(1) == 2
+
+
+def test_refused_takes_functions_and_classes_only():
+    with pytest.raises(TypeError, match="functions and classes"):
+        with refused([42], MESSAGE):
+            pass
+
+
+def _learner_code(x):
+    return x @ x  # (3, 2) @ (3, 2): a shape error in the learner's own frame
+
+
+def test_check_failure_renders_the_message_and_the_learners_frames_only():
+    try:
+        call_learner("your function", _learner_code, torch.ones(3, 2))
+    except CheckFailed as exc:
+        lines = exc._render_traceback_()
+    text = "\n".join(lines)
+    assert lines[0].startswith("CheckFailed: your function raised RuntimeError")
+    assert "Likely mistake:" in text
+    assert "in _learner_code" in text and "x @ x" in text  # the learner's frame and line
+    assert "parlab/check" not in text and "_harness" not in text
+
+
+def test_plain_python_keeps_the_whole_message():
+    with pytest.raises(CheckFailed) as info:
+        fail("y differs", rank=1, hint="add the bias once")
+    assert str(info.value) == "rank 1: y differs\nLikely mistake: add the bias once"
+
+
+def _raises_on_rank_one():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("bad shard")
+    return 0
+
+
+def test_rank_error_renders_without_launcher_frames():
+    with pytest.raises(RankError) as info:
+        run(_raises_on_rank_one, 2)
+    lines = info.value._render_traceback_()
+    text = "\n".join(lines)
+    assert lines[0] == "RankError: rank 1 raised ValueError: bad shard"
+    assert "in _raises_on_rank_one" in text and "raise ValueError" in text
+    assert "parlab/launch" not in text and "state of every rank" not in text
+    assert "--- traceback on rank 1 ---" in str(info.value)  # plain Python: all of it
+
+
+def _skips_the_all_reduce():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        dist.all_reduce(torch.ones(1))
+
+
+def test_a_certain_hang_says_it_stopped_early():
+    with pytest.raises(CollectiveTimeout) as info:
+        run(_skips_the_all_reduce, 2, timeout=30)
+    assert info.value.certain and info.value.elapsed < 30
+    text = "\n".join(info.value._render_traceback_())
+    assert "stopped early" in text and "the hang is certain" in text
+    assert "within" not in text.split("\n")[0]  # no "did not finish within 30 s" beside it
+
+
+def test_learner_frames_drop_library_files():
+    tb = (f'  File "{comm.__file__}", line 10, in trace\n    x = 1\n'
+          '  File "/home/me/notebook_cell.py", line 3, in forward\n    return x @ w\n'
+          f'  File "{torch.__file__}", line 5, in matmul\n    pass\n')
+    assert learner_frames(tb) == [
+        "  /home/me/notebook_cell.py, line 3, in forward\n    return x @ w"]
