@@ -93,6 +93,7 @@ check: setup
 
 lint: setup
 	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts
+	$(VENV)/bin/mypy lib/parlab
 
 # Side-by-side timings, one markdown table each (also in artifacts/bench/); about 8 minutes.
 bench: setup

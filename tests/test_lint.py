@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import imports
 from conftest import ROOT
 
 MAX_LINES = 320  # "about 300": a little slack, never a thousand-line file
@@ -21,3 +22,44 @@ def test_library_files_are_small():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "lib").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these files (over {MAX_LINES} lines): {long}"
+
+
+# --- the architecture: no cycles, no lazy shims, reference code never imports the grader ------
+
+GRADER = ("parlab.check", "parlab.grading")
+# Temporary, while the checks are restructured: each entry is removed with its fix.
+KNOWN_CYCLES = [["parlab.check.pp", "parlab.check.pp_ranks"],
+                ["parlab.grading_merge", "parlab.parallel_autograde"]]
+KNOWN_SHIMS = ["parlab.check.composition", "parlab.check.moe", "parlab.check.pp",
+               "parlab.check.sp", "parlab.check.tp"]
+
+
+def _is_grader(module: str) -> bool:
+    return module.startswith(GRADER) or module in (
+        "parlab.instructor", "parlab.selfcheck", "parlab.feedback", "parlab.parallel_autograde")
+
+
+def test_no_import_cycles():
+    found = imports.cycles(imports.import_graph(ROOT / "lib"))
+    new = [c for c in found if c not in KNOWN_CYCLES]
+    assert not new, f"import cycles (module-level or inside functions): {new}"
+
+
+def test_no_module_level_getattr():
+    new = [m for m in imports.module_getattr(ROOT / "lib") if m not in KNOWN_SHIMS]
+    assert not new, f"module-level __getattr__ (import the names in __init__ instead): {new}"
+
+
+def test_reference_code_never_imports_checks_or_grading():
+    graph = imports.import_graph(ROOT / "lib")
+    bad = {m: sorted(t for t in targets if _is_grader(t))
+           for m, targets in graph.items() if not _is_grader(m)}
+    bad = {m: t for m, t in bad.items() if t}
+    assert not bad, f"reference code imports the grader: {bad}"
+
+
+def test_the_import_reader_sees_what_it_must():
+    # the reader itself: a cycle inside functions, a shim and a back-import are all found
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert imports.cycles(graph) == [["a", "b", "c"]]
+    assert "parlab.comm" in imports.import_graph(ROOT / "lib")["parlab.check.pp_ranks"]  # in a def
