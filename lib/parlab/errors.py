@@ -37,7 +37,7 @@ MAX_FRAMES = 4  # the learner's innermost frames shown under a failure
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\n'
                     r'(?P<code>(?:\s{4,}(?![~^ ]*$)\S.*\n)?)(?:\s*[~^]+\s*\n)?', re.M)
 _LIBRARY = tuple(str(Path(p).resolve()) for p in {
-    Path(__file__).parent,  # parlab itself
+    str(Path(__file__).parent),  # parlab itself
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
     sysconfig.get_paths()["platlib"]} if p)
 

@@ -15,10 +15,11 @@ from typing import Literal
 # --- hardware constants ---------------------------------------------------------------------
 
 H100_BF16_FLOPS = 1e15
-"""H100 SXM dense BF16, rounded as seed 000 does ("~1 PFLOP/s"); the datasheet says ~989e12."""
+"""H100 SXM dense BF16, rounded to "~1 PFLOP/s" as the course text does; NVIDIA's H100
+datasheet says ~989e12 (without sparsity)."""
 NVLINK_BIDIR_BYTES_PER_S = 900e9
-"""H100 NVLink 4: 18 links x 50 GB/s = 900 GB/s, counting BOTH directions (seed 003, note 5).
-Seed 000 uses 900 GB/s as if it were one direction; the course shows both numbers."""
+"""H100 NVLink 4: 18 links x 50 GB/s = 900 GB/s, counting BOTH directions (NVIDIA's H100 datasheet).
+The figure is often quoted as if it were one direction; the course shows both numbers."""
 NVLINK_PER_DIRECTION_BYTES_PER_S = 450e9
 """The same NVLink, one direction: what a ring step actually sends at."""
 NIC_400G_BYTES_PER_S = 50e9
@@ -181,7 +182,8 @@ def dp_traffic_bytes(n_params: float, strategy: str, dp: int, *, dtype_bytes: in
     all-gather of the updated params, same bytes): $2\frac{d-1}{d}G$.
     zero3, fsdp: all-gather params for forward, again for backward, reduce-scatter grads:
     $3\frac{d-1}{d}G$ (2 if fsdp keeps params after forward, reshard_after_forward=False).
-    Seed 000's "2P vs 3P" is this with $\frac{d-1}{d} \to 1$ and G counted in elements.
+    The rule of thumb "2P vs 3P" (ZeRO, arXiv:1910.02054) is this with $\frac{d-1}{d} \to 1$
+    and G counted in elements.
     """
     g = _size("n_params", n_params) * _count("dtype_bytes", dtype_bytes)
     d, strategy = _count("dp", dp), _strategy(strategy)
@@ -194,16 +196,23 @@ def dp_traffic_bytes(n_params: float, strategy: str, dp: int, *, dtype_bytes: in
 # --- pipeline bubble ------------------------------------------------------------------------
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
-    r"""Share of the step a pipeline stage idles: $\frac{p-1}{vm + p-1}$ (Megatron, seed 003).
+    r"""Share of the step a pipeline stage idles: $\frac{p-1}{vm + p-1}$ (GPipe's accounting).
 
-    Fill + drain cost (p-1)/v microbatch-times against m of useful work (v = chunks per rank).
+    Fill + drain cost (p-1)/v microbatch-times against m of useful work (v = chunks per rank),
+    as a share of the whole step: GPipe (Huang et al., arXiv:1811.06965) counts the bubble this
+    way. Megatron's "bubble time fraction" (Narayanan et al., arXiv:2104.04473) is the ratio to
+    the ideal time instead, `bubble_ratio`: $\frac{p-1}{vm}$.
     """
     p, m, v = _count("p", p), _count("m", m), _count("v", v)
     return (p - 1) / (v * m + p - 1)
 
 
 def bubble_ratio(p: int, m: int, v: int = 1) -> float:
-    r"""Bubble as a ratio to the useful time: $\frac{p-1}{vm}$ (seed 000's form; can exceed 1)."""
+    r"""Bubble as a ratio to the useful time: $\frac{p-1}{vm}$ (can exceed 1).
+
+    Megatron's bubble time fraction (Narayanan et al., arXiv:2104.04473, section 2.2): the
+    bubble time divided by the ideal (bubble-free) step time.
+    """
     p, m, v = _count("p", p), _count("m", m), _count("v", v)
     return (p - 1) / (v * m)
 
@@ -231,7 +240,7 @@ def min_microbatches(p: int, max_bubble: float, v: int = 1, *,
     return max(1, math.ceil(bound))
 
 
-# --- FLOPs per byte: is a strategy compute-bound on a link? (seed 000, module 00) -----------
+# --- FLOPs per byte: is a strategy compute-bound on a link? (module 00) ------------------------
 
 def tp_flops_per_byte(h: float) -> float:
     r"""Tensor parallelism's FLOPs per byte communicated, to order of magnitude: $\approx H$.
@@ -249,7 +258,7 @@ def tp_layer_flops_per_byte(h: int, t: int, *, dtype_bytes: int = 2) -> float:
     Forward per rank: $24bsh^2/t$ FLOPs (QKV + out-proj 8, MLP 16; attention scores ignored),
     backward twice that: $72bsh^2/t$ in all. Sent: the four ring all-reduces of
     `tp_bytes_per_layer` (g twice in forward, f twice in backward), $4 \cdot 2\frac{t-1}{t}
-    bsh\,d$ bytes. For bf16 this is $4.5H/(t-1)$: 0.64 H at t = 8, so the seed's "≈ H" is
+    bsh\,d$ bytes. For bf16 this is $4.5H/(t-1)$: 0.64 H at t = 8, so the rule of thumb "≈ H" is
     optimistic by about 1.6x.
     """
     h, t, d = _count("h", h), _count("t", t, minimum=2), _count("dtype_bytes", dtype_bytes)
@@ -257,7 +266,7 @@ def tp_layer_flops_per_byte(h: int, t: int, *, dtype_bytes: int = 2) -> float:
 
 
 def dp_flops_per_byte(n_tokens: float) -> float:
-    r"""Data parallelism's FLOPs per byte, seed 000's form: $\frac{6PN_{tok}}{2P} = 3N_{tok}$.
+    r"""Data parallelism's FLOPs per byte, rule-of-thumb form: $\frac{6PN_{tok}}{2P} = 3N_{tok}$.
 
     6P FLOPs per token (forward + backward) against an all-reduce counted as 2P (the ring's
     factor 2 times P gradients; in bf16 bytes it is 4P, giving $1.5N_{tok}$). P cancels: only

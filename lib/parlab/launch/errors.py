@@ -29,12 +29,15 @@ def _compact(text: str) -> str:
     return re.sub(r", TensorDeviceTypes=TensorOptions\(.*?\(nullopt\)\)", "", text)
 
 
-def code_origins(*objects: Any) -> dict[str, list[tuple[str, int, int]]]:
+Origins = dict[str, list[tuple[str, int, int]]]  # function name -> (file, first, last line)
+
+
+def code_origins(*objects: Any) -> Origins:
     """Function name -> (file, first line, last line) of each function and method shipped to
     the ranks, and of those they reach through their module's globals (a class a learner's
     function calls, defined in another cell). cloudpickle renames their file "<dynamic-code>";
     with this map a rank's traceback can point at the learner's own cell again."""
-    origins: dict[str, list[tuple[str, int, int]]] = {}
+    origins: Origins = {}
     todo, seen = list(objects), set()
     while todo:
         obj = todo.pop()
@@ -73,7 +76,7 @@ def _same_module_globals(fn: Any) -> list[Any]:
             and getattr(o, "__module__", None) == module]
 
 
-def relocate(tb: str, origins: dict[str, list[tuple[str, int, int]]]) -> str:
+def relocate(tb: str, origins: Origins) -> str:
     """Put the real file and source line back into a rank's traceback."""
     def frame(m: re.Match) -> str:
         line, name = int(m.group(1)), m.group(2)
@@ -104,7 +107,7 @@ class RankError(Readable, RuntimeError):
 
     @classmethod
     def from_reports(cls, reports: list[tuple], state: str,
-                     origins: dict[str, list[tuple[str, int, int]]] | None = None) -> RankError:
+                     origins: Origins | None = None) -> RankError:
         """Pick the root cause: a rank's own error beats its peers' broken connections."""
         own = [r for r in reports if not _is_comm_failure(r[2])]
         rank, ename, evalue, tb, _ = min(own or reports, key=lambda r: r[4])

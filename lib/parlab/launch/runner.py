@@ -46,7 +46,7 @@ import torch
 
 from parlab.launch import rank as _rank
 from parlab.launch.diagnose import Watch
-from parlab.launch.errors import RankError, code_origins
+from parlab.launch.errors import Origins, RankError, code_origins
 
 __all__ = ["run", "pick_backend"]
 
@@ -149,7 +149,7 @@ def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _collect(procs: list, receivers: list, watch: Watch, origins: dict[str, str]) -> list:
+def _collect(procs: list, receivers: list, watch: Watch, origins: Origins) -> list:
     """Wait for every rank's result; raise the first real failure."""
     results: dict[int, Any] = {}
     errors: list[tuple] = []
