@@ -1,9 +1,14 @@
-"""Data parallelism and its sharded forms: module 01's FSDP-style layer and reshard planner.
+"""Data parallelism and its sharded forms (modules 01 and 08).
 
+- `ddp`: `BucketedDDP`, gradients averaged bucket by bucket, each bucket's all-reduce started
+  from a hook during backward (overlap), with `no_sync()` for gradient accumulation (module 08).
+- `zero1`: `ZeRO1`, AdamW with its state sharded over the group: reduce-scatter the gradients,
+  update a slice, all-gather the parameters (module 08).
 - `fsdp`: flat-parameter shards (`shard_bounds`, `take_shard`), the all-gather of weights and
   the reduce-scatter of gradients, `FSDPLinear`, and `plan_reshard` (keep or refetch per layer).
 """
 
+from parlab.dp.ddp import Bucket, BucketedDDP, DDPStats, make_buckets
 from parlab.dp.fsdp import (
     FSDPLinear,
     gather_flat_params,
@@ -13,8 +18,10 @@ from parlab.dp.fsdp import (
     shard_bounds,
     take_shard,
 )
+from parlab.dp.zero1 import ZeRO1
 
 __all__ = [
+    "BucketedDDP", "Bucket", "DDPStats", "make_buckets", "ZeRO1",
     "shard_bounds", "take_shard", "gather_flat_params", "reduce_scatter_flat_grads", "FSDPLinear",
     "reshard_bytes", "plan_reshard",
 ]

@@ -4,13 +4,23 @@
   (a pre-LayerNorm transformer layer).
 - `gpt`: `GPTConfig` and `GPT`, a tiny GPT built from `Block`s (module 07's capstone).
 - `corpus`: the synthetic training text shipped in `data/`, `load_corpus` and `batch`.
+- `recompute`: a GPT layer with Megatron's unfused attention core and activation
+  recomputation ("none", "selective", "full"), its saved bytes measured (module 08).
 """
 
 from parlab.model.corpus import CORPUS_FILE, batch, load_corpus
 from parlab.model.gpt import GPT, GPTConfig
+from parlab.model.recompute import (
+    POLICIES,
+    RecomputeLayer,
+    layer_flops,
+    recompute_flops,
+    saved_activation_bytes,
+)
 from parlab.model.transformer import MLP, Attention, Block, attention_heads
 
 __all__ = [
+    "POLICIES", "RecomputeLayer", "layer_flops", "recompute_flops", "saved_activation_bytes",
     "attention_heads", "Attention", "MLP", "Block", "GPTConfig", "GPT", "load_corpus", "batch",
     "CORPUS_FILE",
 ]
