@@ -74,22 +74,22 @@ release: setup
 FROM ?=
 MODULE ?=
 WORKERS ?= 3
-INSTRUCTOR := $(PY) -m parlab.instructor
+GRADING := $(PY) -m parlab.grading
 
 collect: setup
-	$(INSTRUCTOR) collect "$(FROM)"
+	$(GRADING) collect "$(FROM)"
 
 autograde: setup
-	$(INSTRUCTOR) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)
 
 export: setup
-	$(INSTRUCTOR) export --to grades.csv
+	$(GRADING) export --to grades.csv
 
 feedback: setup
-	$(INSTRUCTOR) feedback --module "$(or $(MODULE),*)"
+	$(GRADING) feedback --module "$(or $(MODULE),*)"
 
 check: setup
-	$(PY) -m parlab.selfcheck $(MODULE)
+	$(GRADING) check $(MODULE)
 
 lint: setup
 	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts

@@ -65,7 +65,7 @@ c.Execute.timeout = 60
 # 2-core grader; a kernel that fails to start loses the whole submission.
 c.Execute.startup_timeout = 120
 
-# --- grading every submission, whatever it does (parlab.grading_execute) -----------------------
+# --- grading every submission, whatever it does (parlab.grading.execute) -----------------------
 # nbgrader drops a whole submission whose kernel dies (os._exit, killed for memory) or ignores
 # the interrupt sent on a cell timeout. ResilientExecute records a readable error on that cell,
 # kills the kernel's process tree (ranks included), starts a new kernel, re-runs the cells that
@@ -84,8 +84,11 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from parlab.feedback import HideHiddenTests  # noqa: E402
-from parlab.grading_execute import ParlabOverwriteCells, ResilientExecute  # noqa: E402
+from parlab.grading import (  # noqa: E402
+    HideHiddenTests,
+    ParlabOverwriteCells,
+    ResilientExecute,
+)
 
 c.Autograde.sanitize_preprocessors = [
     ClearOutput, DeduplicateIds, OverwriteKernelspec, ParlabOverwriteCells, CheckCellMetadata]
@@ -100,6 +103,6 @@ c.ResilientExecute.run_restored_tests = False
 
 # --- generate_feedback ------------------------------------------------------------------------
 # nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.
-# HideHiddenTests removes them from both; `python -m parlab.instructor feedback` then checks
+# HideHiddenTests removes them from both; `python -m parlab.grading feedback` then checks
 # every generated file for any hidden-test line and withholds a file that still has one.
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]

@@ -37,8 +37,7 @@ from pathlib import Path
 import torch
 
 from parlab import costs
-from parlab.grading import SOLUTIONS_DIR, list_modules
-from parlab.grading_procs import kill_kernel_tree
+from parlab.grading import SOLUTIONS_DIR, kill_kernel_tree, list_modules
 from parlab.roofline import (
     Timing,
     copy_bytes,

@@ -3,13 +3,13 @@
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
     every answer filled in from the solutions) and "bob" (the blank release), and autograded
-    by `parlab.parallel_autograde` with the course's own limits. Each module's answered and
+    by `parlab.grading.autograde_parallel` with the course's own limits. Each module's answered and
     blank notebooks run exactly once per session; test_notebooks.py and test_roundtrip.py
     read their verdicts from this run.
 fault run: the fault corpus (autograder/faults/) through the instructor's own commands: the
     faultlab module released, handed in by alice, bob (as <student>/faultlab.ipynb) and one
     student per corpus entry (as <student>/faultlab/faultlab.ipynb), each being alice's
-    notebook broken as the entry says; `python -m parlab.instructor collect` and `autograde
+    notebook broken as the entry says; `python -m parlab.grading collect` and `autograde
     --workers 3` with short limits set by the "instructor" (FAULT_ARGS). test_instructor.py
     goes on with export and feedback on the same course root.
 """
@@ -27,12 +27,13 @@ import nbformat
 
 from parlab.grading import (
     SOLUTIONS_DIR,
+    GradeRun,
+    autograde_parallel,
     fake_submission,
     generate_release,
     grade_id,
     list_modules,
 )
-from parlab.parallel_autograde import GradeRun, autograde_parallel
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
@@ -144,8 +145,8 @@ def broken(fault: Fault, full: nbformat.NotebookNode) -> str:
 
 
 def instructor(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m parlab.instructor --root ROOT ARGS`, what the make targets call."""
-    return subprocess.run([sys.executable, "-m", "parlab.instructor", "--root", str(root),
+    """`python -m parlab.grading --root ROOT ARGS`, what the make targets call."""
+    return subprocess.run([sys.executable, "-m", "parlab.grading", "--root", str(root),
                            *args], capture_output=True, text=True, cwd=TESTS_DIR.parent,
                           timeout=1200)
 

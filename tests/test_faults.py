@@ -27,8 +27,7 @@ from grading_runs import (
     load_faults,
 )
 
-from parlab.grading_execute import has_error
-from parlab.parallel_autograde import leftover_processes
+from parlab.grading import has_error, leftover_processes
 
 pytestmark = pytest.mark.slow
 

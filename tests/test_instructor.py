@@ -1,14 +1,14 @@
 """The instructor workflow, start to finish, and feedback that never shows a hidden test.
 
 - The README's commands (autograder/README.md) through the entry point the make targets call
-  (`python -m parlab.instructor`, checked below to be what they run), on the fault run's
+  (`python -m parlab.grading`, checked below to be what they run), on the fault run's
   course root (tests/grading_runs.py): the faultlab module released, fifteen students handed
   in, in both layouts `collect` accepts (alice, bob and the fault corpus); `collect`,
   `autograde --workers 3` (in the fixture), then a re-grade of one student (no duplicated
   row, the others untouched), `export` to CSV (one right row per student) and `feedback`.
 - Feedback: for the fault run and for the course run (every real module), every generated
   HTML file is searched for every hidden-test line of the module's source notebook; none may
-  be found. nbgrader's own feedback (without parlab.feedback.HideHiddenTests) is shown to
+  be found. nbgrader's own feedback (without parlab.grading.HideHiddenTests) is shown to
   leak them, so the search is known to find what it looks for.
 """
 
@@ -22,9 +22,7 @@ import pytest
 from conftest import ROOT
 from grading_runs import BLANK, FAULT_ARGS, FAULT_MODULE, FAULTS_DIR, FULL, instructor, load_faults
 
-from parlab.feedback import distinctive_hidden_lines, leaks
-from parlab.grading import run_nbgrader
-from parlab.parallel_autograde import GradeRun
+from parlab.grading import GradeRun, distinctive_hidden_lines, leaks, run_nbgrader
 
 pytestmark = pytest.mark.slow
 REGRADED = "fault-rank-raises"
@@ -122,9 +120,9 @@ def test_make_targets_call_the_instructor_commands() -> None:
                           capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if "parlab." in ln]
     assert lines == [
-        '.venv/bin/python -m parlab.instructor collect "inbox"',
-        '.venv/bin/python -m parlab.instructor autograde --module "m" --workers 4',
-        ".venv/bin/python -m parlab.instructor export --to grades.csv",
-        '.venv/bin/python -m parlab.instructor feedback --module "m"',
-        ".venv/bin/python -m parlab.selfcheck m",
+        '.venv/bin/python -m parlab.grading collect "inbox"',
+        '.venv/bin/python -m parlab.grading autograde --module "m" --workers 4',
+        ".venv/bin/python -m parlab.grading export --to grades.csv",
+        '.venv/bin/python -m parlab.grading feedback --module "m"',
+        ".venv/bin/python -m parlab.grading check m",
     ], proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""The learner's self-check (`make check MODULE=...`, parlab.selfcheck) gives the grader's verdict.
+"""The learner's self-check (`make check MODULE=...`) gives the grader's verdict.
 
 On the faultlab module (autograder/faults/faultlab/, released into a temporary folder): a
 learner's notebook with one exercise right, one wrong whose test they edited to `pass`, and
@@ -19,8 +19,7 @@ import pytest
 from conftest import ROOT
 from grading_runs import FAULT_MODULE, FAULTS_DIR, full_answers
 
-from parlab.grading import generate_release, grade_id
-from parlab.selfcheck import learner_notebook, selfcheck
+from parlab.grading import generate_release, grade_id, learner_notebook, selfcheck
 
 pytestmark = pytest.mark.slow
 CELL_TIMEOUT_S = 5
@@ -71,7 +70,7 @@ def test_command_line_prints_a_table_and_reports_a_deleted_test(released: Path,
                                                                  tmp_path: Path) -> None:
     path = _learner(released, tmp_path / FAULT_MODULE, double_test=None)
     proc = subprocess.run(
-        [sys.executable, "-m", "parlab.selfcheck", FAULT_MODULE, "--notebook", str(path),
+        [sys.executable, "-m", "parlab.grading", "check", FAULT_MODULE, "--notebook", str(path),
          "--release", str(_release(released)), "--timeout", "20", "--strict"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = proc.stdout

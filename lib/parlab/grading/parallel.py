@@ -14,7 +14,7 @@ cell by cell with a message: the student still gets a gradebook row and feedback
 
 Every process started for a run carries PARLAB_GRADE_RUN=<token> in its environment; after
 the workers end, `leftover_processes(token)` finds any that survived (none should), and they
-are killed and counted in the result.
+are killed and counted in the result (parlab.grading.results).
 """
 
 from __future__ import annotations
@@ -29,77 +29,17 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from parlab.grading import AUTOGRADER_DIR, generate_release, submitted
-from parlab.grading_procs import processes
-
-RUN_ENV = "PARLAB_GRADE_RUN"
-META = "parlab"
-
-
-@dataclass
-class Graded:
-    """One (module, student): score from the gradebook, and how the grading went."""
-
-    module: str
-    student: str
-    score: float | None  # None: nbgrader left no autograded notebook (see `status`)
-    max_score: float
-    status: str  # "graded", "graded (unreadable notebook)", or why it was not
-    seconds: float | None = None  # execution time, from the notebook's metadata
-    restarts: int = 0
-    # grade_id -> (score, what the learner reads)
-    cells: dict[str, tuple[float | None, str]] = field(default_factory=dict)
-
-
-@dataclass
-class GradeRun:
-    results: list[Graded]
-    seconds: float
-    workers: int
-    leftover: list[int]  # processes of this run alive after the workers ended (then killed)
-    logs: list[str]
-    token: str = ""  # RUN_ENV value of every process this run started
-
-    def get(self, module: str, student: str) -> Graded:
-        return next(r for r in self.results if r.module == module and r.student == student)
-
-    @classmethod
-    def load(cls, root: Path) -> GradeRun:
-        """The last run's summary, from root/autograded/.parlab/last_run.json."""
-        data = json.loads((Path(root) / "autograded" / ".parlab" / "last_run.json").read_text())
-        results = [Graded(**{**r, "cells": {k: tuple(v) for k, v in r["cells"].items()}})
-                   for r in data["results"]]
-        logs = [p.read_text() for p in sorted(
-            (Path(root) / "autograded" / ".parlab").glob("worker*.log"))]
-        return cls(results, data["seconds"], data["workers"], data["leftover"], logs,
-                   data["token"])
-
-
-def leftover_processes(token: str) -> list[int]:
-    """Live processes (other than zombies) whose environment holds RUN_ENV=token."""
-    return processes(env=f"{RUN_ENV}={token}")
-
-
-def unreadable_reason(path: Path) -> str | None:
-    """Why a submitted notebook cannot be graded as written, or None."""
-    try:
-        data = json.loads(Path(path).read_bytes())
-        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-            return "it is JSON, but not a notebook: it has no list of cells"
-    except UnicodeDecodeError as exc:
-        return f"it is not text: {exc.reason} at byte {exc.start}"
-    except json.JSONDecodeError as exc:
-        return f"its JSON breaks at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-    try:
-        nbformat.read(str(path), as_version=4)
-    except Exception as exc:  # noqa: BLE001 - whatever is wrong, say it
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    return None
+from parlab.grading.cells import META
+from parlab.grading.config import config_value
+from parlab.grading.merge import merge, read_results
+from parlab.grading.notebooks import unreadable_reason
+from parlab.grading.paths import AUTOGRADER_DIR
+from parlab.grading.results import RUN_ENV, GradeRun, leftover_processes
+from parlab.grading.runner import generate_release, submitted
 
 
 def _replace_unreadable(folder: Path, release: Path) -> list[str]:
@@ -162,8 +102,6 @@ def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
     record: first record the modules in the gradebook (generate_assignment into a scratch
     folder); False when the caller has just released them with the gradebook on.
     """
-    from parlab.grading_merge import config_value, merge, read_results
-
     start = time.perf_counter()
     root = Path(root).resolve()
     by_module = submitted(root, module)

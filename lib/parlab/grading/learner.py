@@ -1,6 +1,6 @@
 """A learner's self-check: the visible tests of your own notebook, judged as the grader will.
 
-    make check MODULE=02_tensor_parallel      # or: python -m parlab.selfcheck 02_tensor_parallel
+    make check MODULE=02_tensor_parallel   # or: python -m parlab.grading check 02_tensor_parallel
 
 Runs workspace/<module>/<module>.ipynb (your working copy, made by `make lab`), or
 course/<module>/<module>.ipynb (the blank release) when you have no copy yet, in a fresh kernel
@@ -16,19 +16,18 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from parlab.grading import COURSE_DIR, REPO_ROOT, grade_id, is_graded_cell, list_modules
-from parlab.grading_execute import META, ResilientExecute
-from parlab.grading_merge import config_value
-from parlab.parallel_autograde import unreadable_reason
+from parlab.grading.cells import META, grade_id, is_graded_cell
+from parlab.grading.config import config_value
+from parlab.grading.execute import ResilientExecute
+from parlab.grading.notebooks import unreadable_reason
+from parlab.grading.paths import COURSE_DIR, REPO_ROOT, WORKSPACE_DIR, list_modules
 
-WORKSPACE_DIR = REPO_ROOT / "workspace"
 VERDICTS = {"CellTimeoutError": "TIMED OUT", "SubmissionTimeLimit": "TIMED OUT",
             "KernelDied": "KERNEL DIED", "KernelUnresponsive": "HUNG",
             "TestCellDeleted": "DELETED", "NotRun": "NOT RUN", "InvalidNotebook": "UNREADABLE"}
@@ -127,16 +126,18 @@ def report(rows: list[Row], where: str, seconds: float) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m parlab.selfcheck", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m parlab.grading check` (make check)."""
     parser.add_argument("module", nargs="?", help="e.g. 02_tensor_parallel (default: all)")
     parser.add_argument("--notebook", type=Path, help="check this file instead")
     parser.add_argument("--release", type=Path, help="the released notebook to restore test "
                         "cells from (default: course/<module>/<module>.ipynb)")
     parser.add_argument("--timeout", type=int, help="seconds per cell (default: the grader's)")
     parser.add_argument("--strict", action="store_true", help="exit 1 unless all pass")
-    args = parser.parse_args(argv)
+
+
+def check_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Self-check the modules `args` names and print a table for each; the exit status."""
     modules = [args.module] if args.module else list_modules(COURSE_DIR)
     if args.notebook:
         modules = [args.module or args.notebook.stem]
@@ -155,7 +156,3 @@ def main(argv: list[str] | None = None) -> int:
         print(report(rows, f"{shown} ({which})", time.perf_counter() - start), flush=True)
         ok = ok and all(r.verdict == "passed" for r in rows)
     return 1 if args.strict and not ok else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

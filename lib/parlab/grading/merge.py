@@ -9,38 +9,18 @@ are kept. It then moves the worker's autograded notebooks into `root`/autograded
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
 import shutil
 import warnings
 from pathlib import Path
 
 import nbformat
+from nbgrader.api import Gradebook, MissingEntry
 
-from parlab.grading import AUTOGRADER_DIR, grade_id, is_graded_cell
+from parlab.grading.cells import grade_id, is_graded_cell
+from parlab.grading.results import Graded
 
 _FINAL_ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit)):? ?(.*)$")
-
-
-def config_value(section: str, name: str, default, args=()):
-    """A value of autograder/nbgrader_config.py, with `--Section.name=value` args applied."""
-    for arg in args:
-        if arg.startswith(f"--{section}.{name}="):
-            raw = arg.split("=", 1)[1]
-            try:
-                return ast.literal_eval(raw)
-            except (ValueError, SyntaxError):
-                return raw
-    config = _course_config()
-    return config[section].get(name, default) if section in config else default
-
-
-@functools.lru_cache(maxsize=1)
-def _course_config():
-    from traitlets.config.loader import PyFileConfigLoader
-
-    return PyFileConfigLoader("nbgrader_config.py", path=str(AUTOGRADER_DIR)).load_config()
 
 
 def _db(root: Path) -> str:
@@ -49,8 +29,6 @@ def _db(root: Path) -> str:
 
 def merge(worker_root: Path, root: Path) -> list[tuple[str, str]]:
     """Copy the worker's submissions into root's gradebook and autograded/; what was merged."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     merged = []
     with warnings.catch_warnings(), Gradebook(_db(worker_root)) as wgb, \
             Gradebook(_db(root)) as gb:
@@ -103,12 +81,8 @@ def _why_dropped(logs: list[str], module: str, student: str) -> str:
     return "nbgrader left no autograded notebook (see autograded/.parlab/worker*.log)"
 
 
-def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> list:
+def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> list[Graded]:
     """A `Graded` per (module, student): gradebook scores plus each test's message."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from parlab.parallel_autograde import Graded
-
     results = []
     with Gradebook(_db(root)) as gb:
         for module, student in pairs:
