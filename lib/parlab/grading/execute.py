@@ -9,6 +9,9 @@ memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT)
   silently re-runs the earlier cells that succeeded, and goes on, so later tests still grade;
 - bounds the notebook by `submission_timeout` s (each cell by `timeout`); cells it did not
   reach get an error, so they score 0 (nbgrader gives a test cell with no output full marks);
+- notes, on a NameError for a name that an earlier cell defines, that this cell did not
+  finish (parlab.grading.names): after `os._exit` in an answer cell, say, the later tests
+  point the learner at that cell;
 - scores a test cell the learner deleted (put back by parlab.grading.overwrite) 0 with a
   message instead of running it, and notes in an edited locked test cell that it ran as
   released; grades a notebook flagged unreadable (parlab.grading.parallel) without a kernel.
@@ -31,6 +34,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
 from parlab.grading.cells import META, error_output, has_error, restored
+from parlab.grading.names import note_undefined_name
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 
 
@@ -132,6 +136,7 @@ class ResilientExecute(Execute):
                 "started a new one, re-ran the cells above that had succeeded, and went on; "
                 "this one scores 0."))
         self.nb.cells[index] = cell  # execute_cell stores the cell back; keep our object
+        note_undefined_name(self.nb.cells, index)
         if restored(cell) == "edited":
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=(
                 "Note: this test cell had been edited in your notebook; the grader ran it as "
