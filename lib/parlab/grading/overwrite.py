@@ -1,8 +1,11 @@
 """nbgrader's OverwriteCells, marking the locked test cells it had to put back.
 
 A locked test cell the learner edited is restored from the gradebook (nbgrader) and marked
-'edited'; one the learner deleted is put back (add_missing_cells) and marked 'deleted', which
-parlab.grading.execute.ResilientExecute scores 0 with a message instead of running it.
+'edited', with one warning in the log; nbgrader's own warning that the checksum changed, which
+it logs for every locked cell with hidden tests even when untouched (the release lacks them),
+is dropped, so that a real edit stands out. A test cell the learner deleted is put back
+(add_missing_cells) and marked 'deleted', which parlab.grading.execute.ResilientExecute
+scores 0 with a message instead of running it.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import OverwriteCells
 from traitlets import default
 
-from parlab.grading.cells import META, released_source
+from parlab.grading.cells import META, grade_id, released_source
 
 
 class ParlabOverwriteCells(OverwriteCells):
@@ -29,13 +32,26 @@ class ParlabOverwriteCells(OverwriteCells):
     def _add_missing_cells_default(self) -> bool:
         return True
 
+    def report_change(self, name: str, attr: str, old: object, new: object) -> None:
+        """nbgrader warns that the checksum of every locked cell with hidden tests changed
+        (the release lacks them); whether the learner really edited it is decided in
+        preprocess_cell, which warns only then."""
+        if attr == "checksum":
+            self._checksum_changed = True
+            return
+        super().report_change(name, attr, old, new)
+
     def preprocess_cell(self, cell, resources, cell_index):
-        before = cell.source
+        before, self._checksum_changed = cell.source, False
         cell, resources = super().preprocess_cell(cell, resources, cell_index)
         # The gradebook's source holds the hidden tests that the release lacks: the learner
         # edited the cell if it differs from the source without them.
-        if utils.is_grade(cell) and utils.is_locked(cell) and before != released_source(cell):
-            cell.metadata.setdefault(META, {})["restored"] = "edited"
+        if self._checksum_changed and before != released_source(cell):
+            student = resources.get("nbgrader", {}).get("student", "?")
+            self.log.warning("EDITED LOCKED CELL: %s's %s was changed by the learner; it was "
+                             "restored and runs as released", student, grade_id(cell))
+            if utils.is_grade(cell):
+                cell.metadata.setdefault(META, {})["restored"] = "edited"
         return cell, resources
 
     def missing_cell_transform(self, source_cell, max_score, is_solution=False, is_task=False):
