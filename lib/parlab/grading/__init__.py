@@ -22,7 +22,11 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
   marked), `HideHiddenTests` (feedback without hidden tests).
 - feedback: `write_feedback`, `leaks`, `distinctive_hidden_lines`, `hidden_lines`,
   `normalise`, `MIN_CHARS`.
-- the learner's self-check: `selfcheck(path)` (rows of `Row`), `learner_notebook(module)`.
+- the learner's self-check: `selfcheck(path)` (rows of `Row`), `learner_notebook(module)`,
+  and `standing(module=None)`, which a notebook's last cell calls to print the self-check's
+  table for the saved file (skipped when a grading tool runs the notebook).
+- the instructor's records: `collect` (parlab.grading.inbox), `export_grades`, `write_report`,
+  `class_results` (parlab.grading.record).
 """
 
 from parlab.grading.cells import (
@@ -34,6 +38,7 @@ from parlab.grading.cells import (
     is_graded_cell,
 )
 from parlab.grading.execute import ResilientExecute
+from parlab.grading.export import export_grades
 from parlab.grading.fake import fake_class, fake_submission
 from parlab.grading.feedback import (
     MIN_CHARS,
@@ -44,9 +49,15 @@ from parlab.grading.feedback import (
     normalise,
     write_feedback,
 )
+from parlab.grading.in_notebook import standing
 from parlab.grading.inbox import collect
 from parlab.grading.learner import Row, learner_notebook, selfcheck
-from parlab.grading.notebooks import TIMEOUT_ENAME, execute_notebook, unreadable_reason
+from parlab.grading.notebooks import (
+    SELFCHECK_ENV,
+    TIMEOUT_ENAME,
+    execute_notebook,
+    unreadable_reason,
+)
 from parlab.grading.overwrite import ParlabOverwriteCells
 from parlab.grading.parallel import autograde_parallel
 from parlab.grading.paths import (
@@ -58,6 +69,8 @@ from parlab.grading.paths import (
     list_modules,
 )
 from parlab.grading.procs import kill_kernel_tree
+from parlab.grading.record import class_results
+from parlab.grading.report import write_report
 from parlab.grading.results import Graded, GradeRun, leftover_processes
 from parlab.grading.runner import (
     AutogradeResult,
@@ -80,5 +93,6 @@ __all__ = [
     "graded_cell_errors", "has_error", "hidden_lines", "is_answer_cell", "is_graded_cell",
     "kill_kernel_tree", "learner_notebook", "leaks", "leftover_processes", "list_modules",
     "max_score", "normalise", "read_scores", "run_nbgrader", "selfcheck", "submitted",
-    "unreadable_reason", "write_feedback",
+    "unreadable_reason", "write_feedback", "standing", "export_grades", "write_report",
+    "class_results", "SELFCHECK_ENV",
 ]

@@ -20,6 +20,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from parlab.grading.cells import grade_id, is_graded_cell
 from parlab.grading.results import Graded
 
+_LIKELY = re.compile(r"Likely mistake:\s*(.+)")
 _FINAL_ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit)):? ?(.*)$")
 
 
@@ -111,8 +112,28 @@ def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> l
                     if cell.cell_type == "code" and is_graded_cell(cell):
                         gid = str(grade_id(cell))
                         graded.cells[gid] = (scores.get(gid), _message(cell))
+                        if diagnosis := _diagnosis(cell):
+                            graded.diagnoses[gid] = diagnosis
             results.append(graded)
     return results
+
+
+def missing_results(root: Path, missing: dict[tuple[str, str], str]) -> list[Graded]:
+    """A `Graded` without a score for each (module, student) whose notebook is missing."""
+    if not missing:
+        return []
+    with Gradebook(_db(root)) as gb:
+        return [Graded(m, s, None, float(gb.find_assignment(m).max_score), why)
+                for (m, s), why in sorted(missing.items())]
+
+
+def _diagnosis(cell) -> str | None:
+    """The "Likely mistake: ..." line of a check's message in the cell's error, if any."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            if found := _LIKELY.search(output.get("evalue") or ""):
+                return found.group(1).strip()[:200]
+    return None
 
 
 def _message(cell) -> str:

@@ -19,7 +19,6 @@ are killed and counted in the result (parlab.grading.results).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -35,9 +34,10 @@ import nbformat
 
 from parlab.grading.cells import META
 from parlab.grading.config import config_value
-from parlab.grading.merge import merge, read_results
+from parlab.grading.merge import merge, missing_results, read_results
 from parlab.grading.notebooks import unreadable_reason
 from parlab.grading.paths import AUTOGRADER_DIR
+from parlab.grading.record import Pair, fingerprints, stale, update_record
 from parlab.grading.results import RUN_ENV, GradeRun, leftover_processes
 from parlab.grading.runner import generate_release, submitted
 
@@ -90,31 +90,81 @@ def _worker(index: int, root: Path, share: list[tuple[str, str]], module: str, r
     return wroot, log.read_text(errors="replace")
 
 
-def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
-                       students: list[str] | None = None, nbgrader_args: tuple[str, ...] = (),
-                       worker_timeout: float | None = None, token: str | None = None,
-                       record: bool = True) -> GradeRun:
-    """Autograde submitted/<student>/<module>/ under `root` with `workers` nbgrader processes.
-
-    module: a name or a glob ("*": every submitted module). nbgrader_args: extra options for
-    every worker (e.g. "--Execute.timeout=15"). worker_timeout: kill a worker after this many
-    seconds (default: ResilientExecute's submission_timeout per submission, plus a margin).
-    record: first record the modules in the gradebook (generate_assignment into a scratch
-    folder); False when the caller has just released them with the gradebook on.
-    """
-    start = time.perf_counter()
-    root = Path(root).resolve()
+def _select(root: Path, module: str, students: list[str] | None) -> list[Pair]:
     by_module = submitted(root, module)
-    pairs = sorted((m, s) for m, names in by_module.items() for s in names
-                   if students is None or s in students)
-    if not pairs:
-        return GradeRun([], 0.0, workers, [], [], "")
-    token = token or uuid.uuid4().hex
+    return sorted((m, s) for m, names in by_module.items() for s in names
+                  if students is None or s in students)
+
+
+def _missing(root: Path, pairs: list[Pair], release: Path) -> dict[Pair, str]:
+    """Pairs whose folder lacks a released notebook: never handed to nbgrader (which would
+    fail on them with an error of its own), reported as missing."""
+    missing = {}
+    for m, s in pairs:
+        absent = [nb.name for nb in sorted((release / m).glob("*.ipynb"))
+                  if not (root / "submitted" / s / m / nb.name).exists()]
+        if absent:
+            missing[(m, s)] = (f"MISSING: submitted/{s}/{m}/ has no {', '.join(absent)}; "
+                               "collect reports such folders, ask the learner to hand it in")
+    return missing
+
+
+def _run_workers(root: Path, pairs: list[Pair], module: str, release: Path, work: Path,
+                 nbgrader_args: tuple[str, ...], workers: int, token: str,
+                 worker_timeout: float | None) -> tuple[list[str], list[int]]:
+    """Grade `pairs` in `workers` nbgrader processes, merge into root; (logs, leftovers)."""
     env = dict(os.environ, **{RUN_ENV: token})
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # Disjoint shares of (module, student) pairs, dealt round-robin so that each worker gets a
     # mix of modules; a student may be graded by two workers, for two different modules.
     groups = [pairs[i::workers] for i in range(min(workers, len(pairs)))]
+    per = float(config_value("ResilientExecute", "submission_timeout", 900, nbgrader_args))
+    limit = worker_timeout or max(len(g) for g in groups) * (per + 60) + 120
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        done = list(pool.map(lambda ig: _worker(
+            ig[0], root, ig[1], module, release, work, list(nbgrader_args), env, limit),
+            enumerate(groups)))
+    leftover = leftover_processes(token)
+    for pid in leftover:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for wroot, _ in done:  # one writer: the main gradebook is only touched here
+        merge(wroot, root)
+    logs = [out for _, out in done]
+    folder = root / "autograded" / ".parlab"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("worker*.log"):
+        old.unlink()
+    for i, out in enumerate(logs):
+        (folder / f"worker{i}.log").write_text(out)
+    return logs, leftover
+
+
+def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
+                       students: list[str] | None = None, nbgrader_args: tuple[str, ...] = (),
+                       worker_timeout: float | None = None, token: str | None = None,
+                       record: bool = True, regrade_all: bool = False) -> GradeRun:
+    """Autograde submitted/<student>/<module>/ under `root` with `workers` nbgrader processes.
+
+    module: a name or a glob ("*": every submitted module); students: only these. Of those,
+    only new or changed submissions are graded (parlab.grading.record), unless regrade_all.
+    nbgrader_args: extra options for every worker (e.g. "--Execute.timeout=15").
+    worker_timeout: kill a worker after this many seconds (default: ResilientExecute's
+    submission_timeout per submission, plus a margin). record: first record the modules in
+    the gradebook (generate_assignment into a scratch folder); False when the caller has just
+    released them with the gradebook on.
+    """
+    start = time.perf_counter()
+    root = Path(root).resolve()
+    selected = _select(root, module, students)
+    now = fingerprints(root, selected, nbgrader_args)
+    pairs = selected if regrade_all else stale(root, selected, now)
+    unchanged = sorted(set(selected) - set(pairs))
+    token = token or uuid.uuid4().hex
+    if not pairs:
+        return GradeRun([], 0.0, 0, [], [], token, unchanged)
     with tempfile.TemporaryDirectory(prefix="parlab-grade-") as tmp:
         work = Path(tmp)
         # Record every submitted module (cells, points, hidden tests) in the gradebook; the
@@ -122,30 +172,14 @@ def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
         release = work / "release" if record else root / "course"
         if record:
             generate_release(module, root=root, release_dir=release, database=True)
-        per = float(config_value("ResilientExecute", "submission_timeout", 900, nbgrader_args))
-        limit = worker_timeout or max(len(g) for g in groups) * (per + 60) + 120
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            done = list(pool.map(lambda ig: _worker(
-                ig[0], root, ig[1], module, release, work, list(nbgrader_args), env, limit),
-                enumerate(groups)))
-        leftover = leftover_processes(token)
-        for pid in leftover:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for wroot, _ in done:  # one writer: the main gradebook is only touched here
-            merge(wroot, root)
-        logs = [out for _, out in done]
-        (root / "autograded" / ".parlab").mkdir(parents=True, exist_ok=True)
-        for old in (root / "autograded" / ".parlab").glob("worker*.log"):
-            old.unlink()
-        for i, out in enumerate(logs):
-            (root / "autograded" / ".parlab" / f"worker{i}.log").write_text(out)
-    results = read_results(root, pairs, logs)
-    run = GradeRun(results, time.perf_counter() - start, len(groups), leftover, logs, token)
-    (root / "autograded" / ".parlab" / "last_run.json").write_text(json.dumps({
-        "seconds": round(run.seconds, 1), "workers": run.workers, "leftover": leftover,
-        "token": token,
-        "results": [r.__dict__ for r in results]}, indent=1, default=str))
+        missing = _missing(root, pairs, release)
+        graded = [p for p in pairs if p not in missing]
+        logs, leftover = ([], []) if not graded else _run_workers(
+            root, graded, module, release, work, nbgrader_args, workers, token, worker_timeout)
+    results = read_results(root, graded, logs) + missing_results(root, missing)
+    results.sort(key=lambda r: (r.module, r.student))
+    run = GradeRun(results, time.perf_counter() - start, min(workers, len(graded)), leftover,
+                   logs, token, unchanged)
+    update_record(root, results, now)
+    run.save(root)
     return run

@@ -28,6 +28,8 @@ class Graded:
     restarts: int = 0
     # grade_id -> (score, what the learner reads)
     cells: dict[str, tuple[float | None, str]] = field(default_factory=dict)
+    # grade_id -> the check's "Likely mistake: ..." diagnosis, for the tests that gave one
+    diagnoses: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,20 +42,44 @@ class GradeRun:
     leftover: list[int]  # processes of this run alive after the workers ended (then killed)
     logs: list[str]
     token: str = ""  # RUN_ENV value of every process this run started
+    unchanged: list[tuple[str, str]] = field(default_factory=list)  # up to date, not graded
 
     def get(self, module: str, student: str) -> Graded:
         return next(r for r in self.results if r.module == module and r.student == student)
 
+    def save(self, root: Path) -> None:
+        """Write the run's summary to root/autograded/.parlab/last_run.json."""
+        path = Path(root) / "autograded" / ".parlab" / "last_run.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "seconds": round(self.seconds, 1), "workers": self.workers,
+            "leftover": self.leftover, "token": self.token, "unchanged": self.unchanged,
+            "results": [r.__dict__ for r in self.results]}, indent=1, default=str))
+
     @classmethod
     def load(cls, root: Path) -> GradeRun:
-        """The last run's summary, from root/autograded/.parlab/last_run.json."""
+        """The last run's summary, from root/autograded/.parlab/last_run.json (a run that
+        found nothing to grade leaves the one before it)."""
         data = json.loads((Path(root) / "autograded" / ".parlab" / "last_run.json").read_text())
         results = [Graded(**{**r, "cells": {k: tuple(v) for k, v in r["cells"].items()}})
                    for r in data["results"]]
         logs = [p.read_text() for p in sorted(
             (Path(root) / "autograded" / ".parlab").glob("worker*.log"))]
         return cls(results, data["seconds"], data["workers"], data["leftover"], logs,
-                   data["token"])
+                   data["token"], [tuple(p) for p in data.get("unchanged", [])])
+
+
+def log_warnings(logs: list[str]) -> list[str]:
+    """nbgrader's warnings and errors in the workers' logs, each once, in order: what an
+    instructor should read (an edited locked cell, a cell put back, a dropped submission).
+    The checksum warnings nbgrader logs for every untouched hidden-test cell are not among them
+    (parlab.grading.overwrite drops them at the source)."""
+    seen: dict[str, None] = {}
+    for log in logs:
+        for line in log.splitlines():
+            if "| WARNING]" in line or "| ERROR]" in line:
+                seen.setdefault(line.strip(), None)
+    return list(seen)
 
 
 def leftover_processes(token: str) -> list[int]:
