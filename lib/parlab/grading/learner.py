@@ -8,15 +8,19 @@ with the grader's executor and limits (autograder/nbgrader_config.py), and print
 test cell: passed, failed with its message, timed out, or why it did not run. As at grading
 time, a locked test cell you edited runs as released, and one you deleted scores 0. Hidden
 tests exist only at grading time, so passing here is necessary, not sufficient. Your notebook
-file is never written to.
+file is never written to. The kernel runs with NBGRADER_EXECUTION=autograde, as at grading,
+and PARLAB_SELFCHECK=1, so that a `standing()` cell in the notebook does not start a
+self-check of its own (parlab.grading.in_notebook).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +29,7 @@ import nbformat
 from parlab.grading.cells import META, grade_id, is_graded_cell
 from parlab.grading.config import config_value
 from parlab.grading.execute import ResilientExecute
-from parlab.grading.notebooks import unreadable_reason
+from parlab.grading.notebooks import SELFCHECK_ENV, unreadable_reason
 from parlab.grading.paths import COURSE_DIR, REPO_ROOT, WORKSPACE_DIR, list_modules
 
 VERDICTS = {"CellTimeoutError": "TIMED OUT", "SubmissionTimeLimit": "TIMED OUT",
@@ -85,6 +89,21 @@ def _verdict(cell: nbformat.NotebookNode) -> tuple[str, str]:
     return VERDICTS.get(err.get("ename"), "FAILED"), message
 
 
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables (inherited by the kernels started meanwhile), then restore."""
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def selfcheck(path: Path, release: Path | None = None, *, timeout: int | None = None) -> list[Row]:
     """Run the notebook at `path` as the grader does; one Row per test cell."""
     path = Path(path)
@@ -99,15 +118,10 @@ def selfcheck(path: Path, release: Path | None = None, *, timeout: int | None = 
         startup_timeout=config_value("Execute", "startup_timeout", 120),
         submission_timeout=config_value("ResilientExecute", "submission_timeout", 900),
         extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"])
-    previous = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "autograde"  # what the notebook sees when graded
-    try:
+    # The kernel sees what it sees when graded, and knows it is the self-check's: a
+    # `standing()` cell in the notebook then skips instead of starting another self-check.
+    with _environment(NBGRADER_EXECUTION="autograde", **{SELFCHECK_ENV: "1"}):
         executor.preprocess(nb, {"metadata": {"path": str(path.parent)}})
-    finally:
-        if previous is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = previous
     return [Row(str(grade_id(c)), float(c.metadata["nbgrader"].get("points", 0)), *_verdict(c))
             for c in nb.cells if c.cell_type == "code" and is_graded_cell(c)]
 

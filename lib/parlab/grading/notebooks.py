@@ -8,6 +8,7 @@ for tools that want a notebook's verdicts without the gradebook (scripts/gpu_che
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -17,6 +18,9 @@ from nbformat import NotebookNode
 
 # The ename a cell gets when execute_notebook (like nbgrader) gives up waiting for it.
 TIMEOUT_ENAME = "CellTimeoutError"
+# Set to 1 in the environment of every kernel the self-check and execute_notebook start:
+# `parlab.grading.standing()` in such a kernel skips instead of starting a self-check itself.
+SELFCHECK_ENV = "PARLAB_SELFCHECK"
 
 
 def unreadable_reason(path: Path) -> str | None:
@@ -70,7 +74,7 @@ def execute_notebook(path: Path | str, *, timeout: float = 60, cwd: Path | str |
         resources={"metadata": {"path": str(Path(cwd) if cwd else path.parent)}},
         on_cell_executed=_record_timeout,
     )
-    with client.setup_kernel():
+    with client.setup_kernel(env=dict(os.environ, **{SELFCHECK_ENV: "1"})):
         for index, cell in enumerate(nb.cells):
             try:
                 client.execute_cell(cell, index, execution_count=client.code_cells_executed + 1)
@@ -79,3 +83,24 @@ def execute_notebook(path: Path | str, *, timeout: float = 60, cwd: Path | str |
                     "error", ename=type(exc).__name__, evalue=str(exc), traceback=[str(exc)]))
                 break
     return nb
+
+
+def kernel_metadata(kernel_name: str = "python3") -> dict:
+    """The notebook metadata JupyterLab writes when it connects a kernel: {"kernelspec",
+    "language_info"}, asked of a fresh kernel. JupyterLab compares both with what a notebook
+    stores (deep equality) and marks the notebook modified when they differ, so a notebook
+    that stores these exactly is not "modified" just by being opened (with this Python: the
+    version is part of language_info)."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name=kernel_name,
+                              extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    try:
+        info = kc.kernel_info(reply=True, timeout=60)["content"]["language_info"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    spec = km.kernel_spec
+    return {"kernelspec": {"display_name": spec.display_name, "language": spec.language,
+                           "name": kernel_name},
+            "language_info": info}
