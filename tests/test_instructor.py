@@ -2,10 +2,12 @@
 
 - The README's commands (autograder/README.md) through the entry point the make targets call
   (`python -m parlab.grading`, checked below to be what they run), on the fault run's
-  course root (tests/grading_runs.py): the faultlab module released, fifteen students handed
-  in, in both layouts `collect` accepts (alice, bob and the fault corpus); `collect`,
-  `autograde --workers 3` (in the fixture), then a re-grade of one student (no duplicated
-  row, the others untouched), `export` to CSV (one right row per student) and `feedback`.
+  course root (tests/grading_runs.py): the faultlab module released with a due date, the
+  class of issue 15 handed in, in both layouts `collect` accepts; `collect --times`,
+  `autograde --workers 3` (in the fixture), a second `autograde` that finds nothing new, a
+  re-grade of one student with `--all` (no duplicated row, the others untouched), `export`
+  to CSV (one row per student with the score, late penalty and status the class must get,
+  in the columns the README describes) and `feedback`.
 - Feedback: for the fault run and for the course run (every real module), every generated
   HTML file is searched for every hidden-test line of the module's source notebook; none may
   be found. nbgrader's own feedback (without parlab.grading.HideHiddenTests) is shown to
