@@ -44,7 +44,8 @@ def print_run(run: GradeRun) -> None:
         print(f"{r.student:<20} {r.module:<24} {score:>11}  {secs:>6} {r.restarts:>8}  {r.status}")
         for gid, (score_, message) in r.cells.items():
             if message:
-                print(f"{'':<22}{gid}: {score_:g} pts, {message[:110]}")
+                pts = "-" if score_ is None else f"{score_:g}"
+                print(f"{'':<22}{gid}: {pts} pts, {message[:110]}")
     warnings = log_warnings(run.logs)
     if warnings:
         print(f"nbgrader's warnings ({len(warnings)}; the logs are in autograded/.parlab/):")
