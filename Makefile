@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check
+.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check \
+	report formgrader
 
 setup: $(VENV)/.installed
 
@@ -50,12 +51,28 @@ WORKSPACE ?= workspace
 
 # JupyterLab opens on workspace/, the learner's own copy of course/: answers never dirty the
 # generated release, and a module released later is copied in without touching earlier work.
+# Its Jupyter configuration (autograder/jupyter/learner/, added to JUPYTER_CONFIG_PATH, never
+# written into the user's own) enables nbgrader's Validate button and nothing an instructor
+# uses (formgrader, Create Assignment, the Assignment and Course lists), and no news pop-up.
+LEARNER_JUPYTER := $(CURDIR)/autograder/jupyter/learner
+INSTRUCTOR_JUPYTER := $(CURDIR)/autograder/jupyter/instructor
+WITH_JUPYTER = JUPYTER_CONFIG_PATH="$(1)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
+
 lab: setup
 	@mkdir -p $(WORKSPACE)
 	@for d in course/*/; do m=$$(basename $$d); \
 	  [ -e $(WORKSPACE)/$$m ] || { cp -r $$d $(WORKSPACE)/$$m && echo "new in $(WORKSPACE)/: $$m"; }; \
 	done
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=$(WORKSPACE) $(ROOT_FLAG) $(ARGS)
+	$(call WITH_JUPYTER,$(LEARNER_JUPYTER)) \
+	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(WORKSPACE) $(ROOT_FLAG) $(ARGS)
+
+# The instructor's JupyterLab: nbgrader's formgrader (gradebook, manual grading, Generate
+# Feedback) on the course root, started here so that ./nbgrader_config.py, which loads
+# autograder/nbgrader_config.py and its hidden-test filter, is the configuration it reads.
+COURSE_ROOT ?= $(CURDIR)
+formgrader: setup
+	$(call WITH_JUPYTER,$(INSTRUCTOR_JUPYTER)) PARLAB_COURSE_ROOT=$(abspath $(COURSE_ROOT)) \
+	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(abspath $(COURSE_ROOT)) $(ROOT_FLAG) $(ARGS)
 
 test: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -67,32 +84,39 @@ test-fast: setup
 release: setup
 	@if [ -n "$(MODULES)" ]; then $(NBGRADER) generate_assignment "*" --force --no-db --log-level=ERROR; fi
 
-# Instructor workflow (autograder/README.md): collect FROM=<folder>, autograde [MODULE=..]
-# [WORKERS=3], export (grades.csv), feedback. Every nbgrader call runs with the venv's bin/
-# first on PATH (parlab.grading.run_nbgrader). Learners: `make check MODULE=..` runs the
-# visible tests of their own notebook (workspace/, else course/) and prints a table.
+# Instructor workflow (autograder/README.md): collect FROM=<folder> [TIMES=<csv>], autograde
+# [MODULE=..] [STUDENT=..] [ALL=1] [WORKERS=3] (new and changed submissions only, unless
+# ALL=1), export (grades.csv), feedback, report (report.html). Every nbgrader call runs with
+# the venv's bin/ first on PATH (parlab.grading.run_nbgrader). Learners: `make check
+# MODULE=..` runs the visible tests of their own notebook (workspace/, else course/).
 FROM ?=
+TIMES ?=
 MODULE ?=
+STUDENT ?=
+ALL ?=
 WORKERS ?= 3
-INSTRUCTOR := $(PY) -m parlab.instructor
+GRADING := $(PY) -m parlab.grading
 
 collect: setup
-	$(INSTRUCTOR) collect "$(FROM)"
+	$(GRADING) collect "$(FROM)"$(if $(TIMES), --times "$(TIMES)")
 
 autograde: setup
-	$(INSTRUCTOR) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)
 
 export: setup
-	$(INSTRUCTOR) export --to grades.csv
+	$(GRADING) export --to grades.csv
 
 feedback: setup
-	$(INSTRUCTOR) feedback --module "$(or $(MODULE),*)"
+	$(GRADING) feedback --module "$(or $(MODULE),*)"
+
+report: setup
+	$(GRADING) report --to report.html
 
 check: setup
-	$(PY) -m parlab.selfcheck $(MODULE)
+	$(GRADING) check $(MODULE)
 
 lint: setup
-	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts
+	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts nbgrader_config.py
 	$(VENV)/bin/mypy lib/parlab
 
 # Side-by-side timings, one markdown table each (also in artifacts/bench/); about 8 minutes.

@@ -1,11 +1,15 @@
 """nbgrader configuration for Parallelism Lab (nbgrader 0.9).
 
-nbgrader reads this file from the current directory, so every nbgrader command runs from
-autograder/ (the Makefile does `cd autograder && nbgrader ...`; `parlab.grading` passes
-`cwd=autograder/`). Tests point the same configuration at a temporary course root with
-`--CourseDirectory.root=...`, which the command line lets override what is set here.
+nbgrader reads nbgrader_config.py from its working directory. The grading commands run it from
+autograder/ (`parlab.grading.run_nbgrader` passes `cwd=autograder/`); from the repository root
+(`make formgrader`, `make lab`'s Validate button, a plain `nbgrader ...` typed there) the
+root's nbgrader_config.py loads this file, so every launch mode uses this configuration and
+its feedback filter. Tests point it at a temporary course root with
+`--CourseDirectory.root=...`, which the command line lets override what is set here, or with
+PARLAB_COURSE_ROOT (`make formgrader COURSE_ROOT=...`), for a server.
 """
 
+import os
 from pathlib import Path
 
 c = get_config()  # noqa: F821 -- injected by traitlets when it executes this file
@@ -17,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # --- Course layout (see DESIGN.md, "Layout") ------------------------------------------------
 # All nbgrader steps live under the repository root: solutions/, course/, and the git-ignored
 # instructor workspace (submitted/, autograded/, feedback/, gradebook.db).
-c.CourseDirectory.root = str(REPO_ROOT)
+c.CourseDirectory.root = os.environ.get("PARLAB_COURSE_ROOT") or str(REPO_ROOT)
 # The nbgrader *source* (full answers and hidden tests) is solutions/<module>/<module>.ipynb.
 c.CourseDirectory.source_directory = "solutions"
 # The *release* that learners open is course/<module>/<module>.ipynb, committed to git.
@@ -65,7 +69,7 @@ c.Execute.timeout = 60
 # 2-core grader; a kernel that fails to start loses the whole submission.
 c.Execute.startup_timeout = 120
 
-# --- grading every submission, whatever it does (parlab.grading_execute) -----------------------
+# --- grading every submission, whatever it does (parlab.grading.execute) -----------------------
 # nbgrader drops a whole submission whose kernel dies (os._exit, killed for memory) or ignores
 # the interrupt sent on a cell timeout. ResilientExecute records a readable error on that cell,
 # kills the kernel's process tree (ranks included), starts a new kernel, re-runs the cells that
@@ -84,8 +88,11 @@ from nbgrader.preprocessors import (  # noqa: E402
     SaveAutoGrades,
 )
 
-from parlab.feedback import HideHiddenTests  # noqa: E402
-from parlab.grading_execute import ParlabOverwriteCells, ResilientExecute  # noqa: E402
+from parlab.grading import (  # noqa: E402
+    HideHiddenTests,
+    ParlabOverwriteCells,
+    ResilientExecute,
+)
 
 c.Autograde.sanitize_preprocessors = [
     ClearOutput, DeduplicateIds, OverwriteKernelspec, ParlabOverwriteCells, CheckCellMetadata]
@@ -100,6 +107,6 @@ c.ResilientExecute.run_restored_tests = False
 
 # --- generate_feedback ------------------------------------------------------------------------
 # nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.
-# HideHiddenTests removes them from both; `python -m parlab.instructor feedback` then checks
+# HideHiddenTests removes them from both; `python -m parlab.grading feedback` then checks
 # every generated file for any hidden-test line and withholds a file that still has one.
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]

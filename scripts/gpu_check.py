@@ -46,8 +46,7 @@ from parlab.costs.roofline import (
     summary_table,
     timing_row,
 )
-from parlab.grading import SOLUTIONS_DIR, list_modules
-from parlab.grading_procs import kill_kernel_tree
+from parlab.grading import SOLUTIONS_DIR, kill_kernel_tree, list_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("The GPU check needs CUDA, and this machine has none: nothing to measure. On a GPU "

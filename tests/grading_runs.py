@@ -3,20 +3,26 @@
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
     every answer filled in from the solutions) and "bob" (the blank release), and autograded
-    by `parlab.parallel_autograde` with the course's own limits. Each module's answered and
+    by `parlab.grading.autograde_parallel` with the course's own limits. Each module's answered and
     blank notebooks run exactly once per session; test_notebooks.py and test_roundtrip.py
     read their verdicts from this run.
-fault run: the fault corpus (autograder/faults/) through the instructor's own commands: the
-    faultlab module released, handed in by alice, bob (as <student>/faultlab.ipynb) and one
-    student per corpus entry (as <student>/faultlab/faultlab.ipynb), each being alice's
-    notebook broken as the entry says; `python -m parlab.instructor collect` and `autograde
-    --workers 3` with short limits set by the "instructor" (FAULT_ARGS). test_instructor.py
-    goes on with export and feedback on the same course root.
+fault run: the class of issue 15's "Why", on the faultlab module, through the README's
+    commands alone (`python -m parlab.grading ...`, what the make targets call): the module
+    released, a due date set with nbgrader's own command, then handed in by the fake class
+    (`fake`: alice full, bob blank, carol half right, as <student>/faultlab.ipynb), one
+    student per fault corpus entry (deadlock, os._exit, endless loop, deleted and edited test
+    cells, not JSON, ...; as <student>/faultlab/faultlab.ipynb, alice's notebook broken as
+    the entry says), a renamed file, a non-ASCII name, a notebook saved with outputs, and a
+    late one (its time in a CSV); `collect --times`, then `autograde --workers 3` with short
+    limits and a late penalty set by the "instructor" (FAULT_ARGS). expected_class() is what
+    each must score. test_faults.py, test_instructor.py and test_class.py share the run.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -27,12 +33,13 @@ import nbformat
 
 from parlab.grading import (
     SOLUTIONS_DIR,
+    GradeRun,
+    autograde_parallel,
     fake_submission,
     generate_release,
     grade_id,
     list_modules,
 )
-from parlab.parallel_autograde import GradeRun, autograde_parallel
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
@@ -43,7 +50,10 @@ WORKERS = 3
 # The instructor's limits for the fault run: a cell may run 15 s, a notebook 120 s.
 CELL_TIMEOUT_S, SUBMISSION_TIMEOUT_S = 15, 120
 FAULT_ARGS = (f"--Execute.timeout={CELL_TIMEOUT_S}",
-              f"--ResilientExecute.submission_timeout={SUBMISSION_TIMEOUT_S}")
+              f"--ResilientExecute.submission_timeout={SUBMISSION_TIMEOUT_S}",
+              # ... and a late penalty (autograder/README.md, "Due dates and late work")
+              "--AssignLatePenalties.plugin_class=parlab.grading.late.PenaltyPerDay",
+              "--PenaltyPerDay.share_per_day=0.1")
 
 
 @dataclass
@@ -144,30 +154,87 @@ def broken(fault: Fault, full: nbformat.NotebookNode) -> str:
 
 
 def instructor(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python -m parlab.instructor --root ROOT ARGS`, what the make targets call."""
-    return subprocess.run([sys.executable, "-m", "parlab.instructor", "--root", str(root),
+    """`python -m parlab.grading --root ROOT ARGS`, what the make targets call."""
+    return subprocess.run([sys.executable, "-m", "parlab.grading", "--root", str(root),
                            *args], capture_output=True, text=True, cwd=TESTS_DIR.parent,
                           timeout=1200)
+
+
+# --- the class of the issue's "Why": the fake class, the fault corpus, and a few more -------
+CAROL = "carol"  # `fake`'s third student: the first exercise (mean_test, 2 points) left blank
+RENAMED, NON_ASCII, OUTPUTS, LATE = "dana", "Zoë Müller", "erin", "frank"
+NON_ASCII_ID = "Zoë_Müller"  # the student id collect makes of that folder name
+NAME_TIME = dt.datetime(2026, 11, 30, 10, 0, tzinfo=dt.timezone.utc)  # in Zoë's file name
+DUE = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(days=7)
+LATE_BY = dt.timedelta(hours=36)  # two started days: 20 % of the score with 0.1 per day
+SHARE_PER_DAY = 0.1
+POINTS = {"mean_test": 2.0, "double_test": 1.0, "square_test": 1.0}
+
+
+def _with_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook as saved after running it: outputs, counts, a stale error in a test."""
+    nb = nbformat.from_dict(nbformat.reads(nbformat.writes(nb), as_version=4))
+    for count, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.execution_count = count + 1
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="stale output\n")]
+        if grade_id(cell) == "double_test":
+            cell.outputs.append(nbformat.v4.new_output(
+                "error", ename="AssertionError", evalue="stale", traceback=["stale"]))
+    return nb
+
+
+def expected_class() -> dict[str, tuple[float, float, str]]:
+    """student id -> (raw score, late penalty, grades.csv status) the class must get."""
+    expect = {FULL: (4.0, 0.0, "submitted"), BLANK: (0.0, 0.0, "submitted"),
+              CAROL: (2.0, 0.0, "submitted"), RENAMED: (4.0, 0.0, "submitted"),
+              NON_ASCII_ID: (4.0, 0.0, "submitted"), OUTPUTS: (4.0, 0.0, "submitted"),
+              LATE: (4.0, 4.0 * SHARE_PER_DAY * 2, "submitted")}
+    for fault in load_faults():
+        raw = 4.0 - sum(POINTS[gid] for gid in fault.expect)
+        expect[fault.student] = (raw, 0.0, "could not be read" if fault.raw else "submitted")
+    return expect
+
+
+def _inbox(root: Path, inbox: Path) -> None:
+    """The class's hand-ins: `fake` (alice, bob, carol), each fault, and the others."""
+    name = f"{FAULT_MODULE}.ipynb"
+    full = full_answers(root, FAULT_MODULE)
+    assert instructor(root, "fake", str(inbox)).returncode == 0
+    handed_in = {inbox / fault.student / FAULT_MODULE / name: broken(fault, full)
+                 for fault in load_faults()}
+    handed_in[inbox / RENAMED / f"{FAULT_MODULE} (1).ipynb"] = nbformat.writes(full)
+    handed_in[inbox / NON_ASCII / f"Meine Lösung {NAME_TIME:%Y-%m-%dT%H-%M-%S}.ipynb"] = \
+        nbformat.writes(full)
+    handed_in[inbox / OUTPUTS / name] = nbformat.writes(_with_outputs(full))
+    handed_in[inbox / LATE / name] = nbformat.writes(full)
+    for path, text in handed_in.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    (inbox.parent / "times.csv").write_text(
+        f"student,assignment,submitted\n{LATE},{FAULT_MODULE},{(DUE + LATE_BY).isoformat()}\n")
+
+
+def set_due_date(root: Path) -> subprocess.CompletedProcess:
+    """The README's command for a due date: `nbgrader db assignment add` from the repo root."""
+    return subprocess.run(
+        [sys.executable, "-m", "nbgrader", "db", "assignment", "add", FAULT_MODULE,
+         f"--duedate={DUE:%Y-%m-%d %H:%M:%S} UTC", f"--CourseDirectory.root={root}"],
+        capture_output=True, text=True, cwd=TESTS_DIR.parent, timeout=300,
+        env=dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
+                                                    os.environ.get("PATH", "")])))
 
 
 def fault_run(root: Path, inbox: Path) -> CourseRun:
     shutil.copytree(FAULTS_DIR / FAULT_MODULE, root / "solutions" / FAULT_MODULE)
     generate_release(FAULT_MODULE, root=root)  # what `make release` does (no gradebook)
-    name = f"{FAULT_MODULE}.ipynb"
-    full = full_answers(root, FAULT_MODULE)
-    handed_in = {inbox / FULL / name: nbformat.writes(full),
-                 inbox / BLANK / name: (root / "course" / FAULT_MODULE / name).read_text()}
-    students = [FULL, BLANK]
-    for fault in load_faults():
-        handed_in[inbox / fault.student / FAULT_MODULE / name] = broken(fault, full)
-        students.append(fault.student)
-    for path, text in handed_in.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    steps = {"collect": instructor(root, "collect", str(inbox)),
+    _inbox(root, inbox)
+    steps = {"duedate": set_due_date(root),
+             "collect": instructor(root, "collect", str(inbox), "--times",
+                                   str(inbox.parent / "times.csv")),
              "autograde": instructor(root, "autograde", "--workers", str(WORKERS), "--",
                                      *FAULT_ARGS)}
     for step, proc in steps.items():
-        assert proc.returncode == 0 or step == "autograde", f"{step}: {proc.stderr[-3000:]}"
+        assert proc.returncode == 0 or step == "autograde", (
+            f"{step}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return CourseRun(root, {FAULT_MODULE: FAULTS_DIR / FAULT_MODULE}, GradeRun.load(root),
-                     {FAULT_MODULE: students}, steps)
+                     {FAULT_MODULE: sorted(expected_class())}, steps)

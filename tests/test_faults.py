@@ -27,8 +27,7 @@ from grading_runs import (
     load_faults,
 )
 
-from parlab.grading_execute import has_error
-from parlab.parallel_autograde import leftover_processes
+from parlab.grading import has_error, leftover_processes
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,8 @@ RUN_BOUND_S = SUBMISSION_TIMEOUT_S * 2 + 120
 # What the issue asks the corpus to cover, by entry name (an entry may not silently vanish).
 REQUIRED = {"deadlock", "mismatched_collectives", "rank_raises", "shape_mismatch",
             "infinite_loop", "ignores_sigint", "os_exit", "huge_allocation",
-            "edited_test_cell", "deleted_test_cell", "invalid_json"}
+            "edited_test_cell", "deleted_test_cell", "invalid_json", "os_exit_in_answer",
+            "missing_return"}
 
 
 def test_corpus_covers_every_required_fault() -> None:
@@ -76,6 +76,19 @@ def test_fault_is_graded_as_expected(fault_run, fault) -> None:
             printed = "".join(o.get("text", "") for o in cells[gid].outputs
                               if o.get("output_type") == "stream")
             assert words in printed, f"{where}: {gid} lacks the note {words!r}: {printed!r}"
+
+
+def test_only_real_edits_of_locked_cells_are_warned_about(fault_run) -> None:
+    """nbgrader warns that the checksum changed for every untouched hidden-test cell; those
+    warnings are gone, and the one real edit (the edited_test_cell entry) stands out, in the
+    workers' logs and in what `autograde` prints."""
+    lines = [ln for log in fault_run.run.logs for ln in log.splitlines()]
+    assert not [ln for ln in lines if "Attribute 'checksum'" in ln], (
+        "nbgrader's checksum warning for untouched hidden-test cells is still logged")
+    edited = [ln for ln in lines if "EDITED LOCKED CELL" in ln]
+    assert len(edited) == 1 and "fault-edited-test-cell's double_test" in edited[0], edited
+    assert "EDITED LOCKED CELL: fault-edited-test-cell's double_test" in (
+        fault_run.steps["autograde"].stdout)
 
 
 def test_no_process_is_left_behind(fault_run) -> None:

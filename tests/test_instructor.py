@@ -1,14 +1,16 @@
 """The instructor workflow, start to finish, and feedback that never shows a hidden test.
 
 - The README's commands (autograder/README.md) through the entry point the make targets call
-  (`python -m parlab.instructor`, checked below to be what they run), on the fault run's
-  course root (tests/grading_runs.py): the faultlab module released, fifteen students handed
-  in, in both layouts `collect` accepts (alice, bob and the fault corpus); `collect`,
-  `autograde --workers 3` (in the fixture), then a re-grade of one student (no duplicated
-  row, the others untouched), `export` to CSV (one right row per student) and `feedback`.
+  (`python -m parlab.grading`, checked below to be what they run), on the fault run's
+  course root (tests/grading_runs.py): the faultlab module released with a due date, the
+  class of issue 15 handed in, in both layouts `collect` accepts; `collect --times`,
+  `autograde --workers 3` (in the fixture), a second `autograde` that finds nothing new, a
+  re-grade of one student with `--all` (no duplicated row, the others untouched), `export`
+  to CSV (one row per student with the score, late penalty and status the class must get,
+  in the columns the README describes) and `feedback`.
 - Feedback: for the fault run and for the course run (every real module), every generated
   HTML file is searched for every hidden-test line of the module's source notebook; none may
-  be found. nbgrader's own feedback (without parlab.feedback.HideHiddenTests) is shown to
+  be found. nbgrader's own feedback (without parlab.grading.HideHiddenTests) is shown to
   leak them, so the search is known to find what it looks for.
 """
 
@@ -20,11 +22,10 @@ import subprocess
 import nbformat
 import pytest
 from conftest import ROOT
-from grading_runs import BLANK, FAULT_ARGS, FAULT_MODULE, FAULTS_DIR, FULL, instructor, load_faults
+from grading_runs import FAULT_ARGS, FAULT_MODULE, FAULTS_DIR, expected_class, instructor
 
-from parlab.feedback import distinctive_hidden_lines, leaks
-from parlab.grading import run_nbgrader
-from parlab.parallel_autograde import GradeRun
+from parlab.grading import GradeRun, distinctive_hidden_lines, leaks, run_nbgrader
+from parlab.grading.export import COLUMNS
 
 pytestmark = pytest.mark.slow
 REGRADED = "fault-rank-raises"
@@ -36,13 +37,16 @@ def workflow(fault_run) -> dict:
     root = fault_run.root
     before = GradeRun.load(root)
     steps = dict(fault_run.steps)
-    steps["regrade"] = instructor(root, "autograde", "--student", REGRADED, "--", *FAULT_ARGS)
+    steps["unchanged"] = instructor(root, "autograde", "--", *FAULT_ARGS)
+    steps["regrade"] = instructor(root, "autograde", "--student", REGRADED, "--all", "--",
+                                  *FAULT_ARGS)
     steps["export"] = instructor(root, "export", "--to", str(root / "grades.csv"))
     steps["feedback"] = instructor(root, "feedback")
     return {"root": root, "steps": steps, "before": before, "after": GradeRun.load(root)}
 
 
-@pytest.mark.parametrize("step", ["collect", "autograde", "regrade", "export", "feedback"])
+@pytest.mark.parametrize("step", ["duedate", "collect", "autograde", "unchanged", "regrade",
+                                  "export", "feedback"])
 def test_each_command_succeeds(workflow, step: str) -> None:
     proc = workflow["steps"][step]
     assert proc.returncode == 0, (f"`{step}` exited {proc.returncode}:\n{proc.stdout[-3000:]}"
@@ -66,15 +70,29 @@ def test_regrade_updates_one_student_and_keeps_the_rest(workflow) -> None:
     assert after.results[0].score == before.get(FAULT_MODULE, REGRADED).score
 
 
+def test_a_rerun_without_changes_grades_nothing(workflow, fault_run) -> None:
+    out = workflow["steps"]["unchanged"].stdout
+    n = len(fault_run.students[FAULT_MODULE])
+    assert "0 submissions graded" in out and f"{n} up to date" in out, out
+
+
 def test_grades_csv_has_one_right_row_per_submission(workflow, fault_run) -> None:
+    """Export: one row per student of the only released module, with the score, late penalty
+    and status the class must get (grading_runs.expected_class)."""
     with open(workflow["root"] / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    got = sorted((r["assignment"], r["student_id"], float(r["score"])) for r in rows)
-    points = {"mean_test": 2.0, "double_test": 1.0, "square_test": 1.0}
-    expected = [(FAULT_MODULE, FULL, 4.0), (FAULT_MODULE, BLANK, 0.0)] + [
-        (FAULT_MODULE, f.student, 4.0 - sum(points[gid] for gid in f.expect))
-        for f in load_faults()]
-    assert got == sorted(expected), f"grades.csv: {got}"
+    assert list(rows[0]) == COLUMNS, f"grades.csv columns {list(rows[0])}, README says {COLUMNS}"
+    got = {r["student_id"]: (float(r["raw_score"]), float(r["late_submission_penalty"]),
+                             r["status"]) for r in rows if r["assignment"] == FAULT_MODULE}
+    expected = expected_class()
+    assert len(rows) == len(got) == len(expected), f"grades.csv rows: {len(rows)}"
+    wrong = {s: (got.get(s), want) for s, want in expected.items()
+             if got.get(s) is None or got[s][2] != want[2]
+             or any(abs(g - w) > 1e-9 for g, w in zip(got[s][:2], want[:2], strict=True))}
+    assert not wrong, f"student: (grades.csv, expected):\n{wrong}"
+    for r in rows:
+        assert abs(float(r["score"]) - max(0.0, float(r["raw_score"])
+                                           - float(r["late_submission_penalty"]))) < 1e-9, r
 
 
 def _hidden(module_dir, module: str) -> set[str]:
@@ -117,14 +135,16 @@ def test_course_feedback_shows_no_hidden_test(course_run) -> None:
 
 
 def test_make_targets_call_the_instructor_commands() -> None:
-    proc = subprocess.run(["make", "-n", "collect", "FROM=inbox", "autograde", "MODULE=m",
-                           "WORKERS=4", "export", "feedback", "check"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(["make", "-n", "collect", "FROM=inbox", "TIMES=t.csv", "autograde",
+                           "MODULE=m", "STUDENT=s", "ALL=1", "WORKERS=4", "export", "feedback",
+                           "report", "check"], cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if "parlab." in ln]
     assert lines == [
-        '.venv/bin/python -m parlab.instructor collect "inbox"',
-        '.venv/bin/python -m parlab.instructor autograde --module "m" --workers 4',
-        ".venv/bin/python -m parlab.instructor export --to grades.csv",
-        '.venv/bin/python -m parlab.instructor feedback --module "m"',
-        ".venv/bin/python -m parlab.selfcheck m",
+        '.venv/bin/python -m parlab.grading collect "inbox" --times "t.csv"',
+        '.venv/bin/python -m parlab.grading autograde --module "m" --workers 4 --student "s" '
+        '--all',
+        ".venv/bin/python -m parlab.grading export --to grades.csv",
+        '.venv/bin/python -m parlab.grading feedback --module "m"',
+        ".venv/bin/python -m parlab.grading report --to report.html",
+        ".venv/bin/python -m parlab.grading check m",
     ], proc.stdout + proc.stderr

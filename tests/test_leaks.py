@@ -21,8 +21,7 @@ import nbformat
 import pytest
 from nbgrader.utils import compute_checksum
 
-from parlab.feedback import MIN_CHARS, normalise
-from parlab.grading import COURSE_DIR, SOLUTIONS_DIR, list_modules
+from parlab.grading import COURSE_DIR, MIN_CHARS, SOLUTIONS_DIR, list_modules, normalise
 
 DELIMITERS = re.compile(r"(BEGIN|END) (SOLUTION|HIDDEN TESTS)")
 _REGION = {"solution": ("BEGIN SOLUTION", "END SOLUTION"),

@@ -40,7 +40,7 @@ UNANSWERED_BOUND_S = 300
 NOT_READABLE = {"CellTimeoutError", "DeadKernelError", "KeyboardInterrupt", "TimeoutError",
                 "CollectiveTimeout", "KernelDied", "KernelUnresponsive", "SubmissionTimeLimit",
                 "NotRun", "InvalidNotebook", "TestCellDeleted"}
-# Errors of any cell that mean the notebook did not run to the end (parlab.grading_execute).
+# Errors of any cell that mean the notebook did not run to the end (parlab.grading.execute).
 STUCK = {"CellTimeoutError", "DeadKernelError", "KernelDied", "KernelUnresponsive",
          "SubmissionTimeLimit", "NotRun"}
 NO_MODULES = "{} has no module yet (remove once module 00 lands)"

@@ -5,7 +5,7 @@ solutions/ plus the smoke fixture (tests/fixtures/, so the pipeline stays proven
 beside the real modules) into a temporary course root, releases them all with the gradebook
 on, submits a full-marks notebook built from the solutions for "alice" and the blank release
 for "bob", and autogrades everything with the instructor's parallel pipeline
-(`parlab.parallel_autograde`, one nbgrader process per worker, merged into one gradebook).
+(`parlab.grading.autograde_parallel`, one nbgrader process per worker, merged into one gradebook).
 
 (c) the sqlite gradebook: alice has the maximum, bob has 0, one submission row each with
     every notebook; the run left no process behind.

@@ -1,8 +1,8 @@
 """Find and end the processes of a grading run: a kernel's session, or an environment token.
 
 A kernel leads its own session (jupyter_client starts it with start_new_session) and carries a
-fresh PARLAB_KERNEL=<token> in its environment (parlab.grading_execute); a parallel autograde
-carries PARLAB_GRADE_RUN=<token> (parlab.parallel_autograde). Both are inherited by everything
+fresh PARLAB_KERNEL=<token> in its environment (parlab.grading.execute); a parallel autograde
+carries PARLAB_GRADE_RUN=<token> (parlab.grading.parallel). Both are inherited by everything
 started below them, ranks included, and survive the kernel's death, when a process-tree walk
 from the kernel would find nothing. Linux only (/proc).
 """

@@ -9,9 +9,12 @@ memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT)
   silently re-runs the earlier cells that succeeded, and goes on, so later tests still grade;
 - bounds the notebook by `submission_timeout` s (each cell by `timeout`); cells it did not
   reach get an error, so they score 0 (nbgrader gives a test cell with no output full marks);
-- scores a test cell the learner deleted (put back by `ParlabOverwriteCells`) 0 with a
+- notes, on a NameError for a name that an earlier cell defines, that this cell did not
+  finish (parlab.grading.names): after `os._exit` in an answer cell, say, the later tests
+  point the learner at that cell;
+- scores a test cell the learner deleted (put back by parlab.grading.overwrite) 0 with a
   message instead of running it, and notes in an edited locked test cell that it ran as
-  released; grades a notebook flagged unreadable (parlab.parallel_autograde) without a kernel.
+  released; grades a notebook flagged unreadable (parlab.grading.parallel) without a kernel.
 
 Cell outcomes, by ename: CellTimeoutError (interrupted after `timeout`), KernelUnresponsive,
 KernelDied, SubmissionTimeLimit, NotRun, TestCellDeleted, InvalidNotebook.
@@ -27,32 +30,12 @@ import uuid
 import nbformat
 from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbgrader import utils
-from nbgrader.preprocessors import ClearHiddenTests, Execute, OverwriteCells
+from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
-from parlab.grading_procs import KERNEL_ENV, kill_kernel_tree
-
-META = "parlab"  # our key in notebook and cell metadata
-def _error(ename: str, evalue: str) -> nbformat.NotebookNode:
-    return nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                  traceback=[f"{ename}: {evalue}"])
-
-
-def has_error(cell: nbformat.NotebookNode) -> bool:
-    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
-
-
-def restored(cell: nbformat.NotebookNode) -> str | None:
-    """'edited' or 'deleted' when ParlabOverwriteCells had to put this test cell back."""
-    return cell.get("metadata", {}).get(META, {}).get("restored")
-
-
-def released_source(cell: nbformat.NotebookNode) -> str:
-    """A cell's source as generate_assignment releases it: without its hidden tests."""
-    shadow = copy.deepcopy(cell)
-    ClearHiddenTests(enforce_metadata=False)._remove_hidden_test_region(shadow)
-    return shadow.source
+from parlab.grading.cells import META, error_output, has_error, restored
+from parlab.grading.names import note_undefined_name
+from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 
 
 class _Restart(Exception):
@@ -134,7 +117,7 @@ class ResilientExecute(Execute):
         if cell.cell_type != "code":
             return False
         if restored(cell) == "deleted" and not self.run_restored_tests:
-            cell.outputs = [_error("TestCellDeleted", self._deleted_text(cell))]
+            cell.outputs = [error_output("TestCellDeleted", self._deleted_text(cell))]
             return False
         self._last_timeout = self.timeout
         try:
@@ -153,6 +136,7 @@ class ResilientExecute(Execute):
                 "started a new one, re-ran the cells above that had succeeded, and went on; "
                 "this one scores 0."))
         self.nb.cells[index] = cell  # execute_cell stores the cell back; keep our object
+        note_undefined_name(self.nb.cells, index)
         if restored(cell) == "edited":
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=(
                 "Note: this test cell had been edited in your notebook; the grader ran it as "
@@ -162,7 +146,7 @@ class ResilientExecute(Execute):
     def _lose_kernel(self, index: int, ename: str, evalue: str) -> None:
         cell = self.nb.cells[index]
         cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
-        cell.outputs.append(_error(ename, evalue))
+        cell.outputs.append(error_output(ename, evalue))
         self.log.warning("%s in cell %d (%s): restarting the kernel", ename, index,
                          cell.metadata.get("nbgrader", {}).get("grade_id", "no grade id"))
         kill_kernel_tree(self._sid, self._token)
@@ -187,7 +171,7 @@ class ResilientExecute(Execute):
         """Give every code cell from `start` on that has no error one, so it scores 0."""
         for cell in self.nb.cells[start:]:
             if cell.cell_type == "code" and not has_error(cell):
-                cell.outputs = list(cell.get("outputs", [])) + [_error(ename, evalue)]
+                cell.outputs = list(cell.get("outputs", [])) + [error_output(ename, evalue)]
 
     # --- timeouts ---------------------------------------------------------------------------
     def _get_timeout(self, cell):
@@ -235,35 +219,3 @@ class ResilientExecute(Execute):
         return (f"this test cell ({meta.get('grade_id')}, worth {worth}) was "
                 "deleted from your notebook, so it was not run and scores 0. Put it back "
                 "(copy it from the released notebook in course/) and submit again.")
-
-
-class ParlabOverwriteCells(OverwriteCells):
-    """nbgrader's OverwriteCells that also marks the test cells it had to put back.
-
-    A locked test cell the learner edited is restored (nbgrader) and marked 'edited'; a
-    deleted test cell is re-added (add_missing_cells) and marked 'deleted', which
-    ResilientExecute scores 0 with a message instead of running it.
-    """
-
-    missing_cell_notification = "This test cell was missing from the submission and was put " \
-        "back by the grader.\n\n"
-
-    @default("add_missing_cells")
-    def _add_missing_cells_default(self) -> bool:
-        return True
-
-    def preprocess_cell(self, cell, resources, cell_index):
-        before = cell.source
-        cell, resources = super().preprocess_cell(cell, resources, cell_index)
-        # The gradebook's source holds the hidden tests that the release lacks: the learner
-        # edited the cell if it differs from the source without them.
-        if utils.is_grade(cell) and utils.is_locked(cell) and before != released_source(cell):
-            cell.metadata.setdefault(META, {})["restored"] = "edited"
-        return cell, resources
-
-    def missing_cell_transform(self, source_cell, max_score, is_solution=False, is_task=False):
-        cell = super().missing_cell_transform(source_cell, max_score, is_solution, is_task)
-        if not is_solution and not is_task and cell.cell_type == "code":
-            cell.source = source_cell.source  # put back exactly what was released
-            cell.metadata[META] = {"restored": "deleted"}
-        return cell

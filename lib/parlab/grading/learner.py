@@ -1,6 +1,6 @@
 """A learner's self-check: the visible tests of your own notebook, judged as the grader will.
 
-    make check MODULE=02_tensor_parallel      # or: python -m parlab.selfcheck 02_tensor_parallel
+    make check MODULE=02_tensor_parallel   # or: python -m parlab.grading check 02_tensor_parallel
 
 Runs workspace/<module>/<module>.ipynb (your working copy, made by `make lab`), or
 course/<module>/<module>.ipynb (the blank release) when you have no copy yet, in a fresh kernel
@@ -8,27 +8,30 @@ with the grader's executor and limits (autograder/nbgrader_config.py), and print
 test cell: passed, failed with its message, timed out, or why it did not run. As at grading
 time, a locked test cell you edited runs as released, and one you deleted scores 0. Hidden
 tests exist only at grading time, so passing here is necessary, not sufficient. Your notebook
-file is never written to.
+file is never written to. The kernel runs with NBGRADER_EXECUTION=autograde, as at grading,
+and PARLAB_SELFCHECK=1, so that a `standing()` cell in the notebook does not start a
+self-check of its own (parlab.grading.in_notebook).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
-import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from parlab.grading import COURSE_DIR, REPO_ROOT, grade_id, is_graded_cell, list_modules
-from parlab.grading_execute import META, ResilientExecute
-from parlab.grading_merge import config_value
-from parlab.parallel_autograde import unreadable_reason
+from parlab.grading.cells import META, grade_id, is_graded_cell
+from parlab.grading.config import config_value
+from parlab.grading.execute import ResilientExecute
+from parlab.grading.notebooks import SELFCHECK_ENV, unreadable_reason
+from parlab.grading.paths import COURSE_DIR, REPO_ROOT, WORKSPACE_DIR, list_modules
 
-WORKSPACE_DIR = REPO_ROOT / "workspace"
 VERDICTS = {"CellTimeoutError": "TIMED OUT", "SubmissionTimeLimit": "TIMED OUT",
             "KernelDied": "KERNEL DIED", "KernelUnresponsive": "HUNG",
             "TestCellDeleted": "DELETED", "NotRun": "NOT RUN", "InvalidNotebook": "UNREADABLE"}
@@ -86,6 +89,21 @@ def _verdict(cell: nbformat.NotebookNode) -> tuple[str, str]:
     return VERDICTS.get(err.get("ename"), "FAILED"), message
 
 
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables (inherited by the kernels started meanwhile), then restore."""
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def selfcheck(path: Path, release: Path | None = None, *, timeout: int | None = None) -> list[Row]:
     """Run the notebook at `path` as the grader does; one Row per test cell."""
     path = Path(path)
@@ -100,15 +118,10 @@ def selfcheck(path: Path, release: Path | None = None, *, timeout: int | None = 
         startup_timeout=config_value("Execute", "startup_timeout", 120),
         submission_timeout=config_value("ResilientExecute", "submission_timeout", 900),
         extra_arguments=["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"])
-    previous = os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "autograde"  # what the notebook sees when graded
-    try:
+    # The kernel sees what it sees when graded, and knows it is the self-check's: a
+    # `standing()` cell in the notebook then skips instead of starting another self-check.
+    with _environment(NBGRADER_EXECUTION="autograde", **{SELFCHECK_ENV: "1"}):
         executor.preprocess(nb, {"metadata": {"path": str(path.parent)}})
-    finally:
-        if previous is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = previous
     return [Row(str(grade_id(c)), float(c.metadata["nbgrader"].get("points", 0)), *_verdict(c))
             for c in nb.cells if c.cell_type == "code" and is_graded_cell(c)]
 
@@ -127,16 +140,18 @@ def report(rows: list[Row], where: str, seconds: float) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m parlab.selfcheck", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m parlab.grading check` (make check)."""
     parser.add_argument("module", nargs="?", help="e.g. 02_tensor_parallel (default: all)")
     parser.add_argument("--notebook", type=Path, help="check this file instead")
     parser.add_argument("--release", type=Path, help="the released notebook to restore test "
                         "cells from (default: course/<module>/<module>.ipynb)")
     parser.add_argument("--timeout", type=int, help="seconds per cell (default: the grader's)")
     parser.add_argument("--strict", action="store_true", help="exit 1 unless all pass")
-    args = parser.parse_args(argv)
+
+
+def check_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Self-check the modules `args` names and print a table for each; the exit status."""
     modules = [args.module] if args.module else list_modules(COURSE_DIR)
     if args.notebook:
         modules = [args.module or args.notebook.stem]
@@ -155,7 +170,3 @@ def main(argv: list[str] | None = None) -> int:
         print(report(rows, f"{shown} ({which})", time.perf_counter() - start), flush=True)
         ok = ok and all(r.verdict == "passed" for r in rows)
     return 1 if args.strict and not ok else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,38 +9,19 @@ are kept. It then moves the worker's autograded notebooks into `root`/autograded
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
 import shutil
 import warnings
 from pathlib import Path
 
 import nbformat
+from nbgrader.api import Gradebook, MissingEntry
 
-from parlab.grading import AUTOGRADER_DIR, grade_id, is_graded_cell
+from parlab.grading.cells import grade_id, is_graded_cell
+from parlab.grading.results import Graded
 
+_LIKELY = re.compile(r"Likely mistake:\s*(.+)")
 _FINAL_ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit)):? ?(.*)$")
-
-
-def config_value(section: str, name: str, default, args=()):
-    """A value of autograder/nbgrader_config.py, with `--Section.name=value` args applied."""
-    for arg in args:
-        if arg.startswith(f"--{section}.{name}="):
-            raw = arg.split("=", 1)[1]
-            try:
-                return ast.literal_eval(raw)
-            except (ValueError, SyntaxError):
-                return raw
-    config = _course_config()
-    return config[section].get(name, default) if section in config else default
-
-
-@functools.lru_cache(maxsize=1)
-def _course_config():
-    from traitlets.config.loader import PyFileConfigLoader
-
-    return PyFileConfigLoader("nbgrader_config.py", path=str(AUTOGRADER_DIR)).load_config()
 
 
 def _db(root: Path) -> str:
@@ -49,8 +30,6 @@ def _db(root: Path) -> str:
 
 def merge(worker_root: Path, root: Path) -> list[tuple[str, str]]:
     """Copy the worker's submissions into root's gradebook and autograded/; what was merged."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     merged = []
     with warnings.catch_warnings(), Gradebook(_db(worker_root)) as wgb, \
             Gradebook(_db(root)) as gb:
@@ -103,12 +82,8 @@ def _why_dropped(logs: list[str], module: str, student: str) -> str:
     return "nbgrader left no autograded notebook (see autograded/.parlab/worker*.log)"
 
 
-def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> list:
+def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> list[Graded]:
     """A `Graded` per (module, student): gradebook scores plus each test's message."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from parlab.parallel_autograde import Graded
-
     results = []
     with Gradebook(_db(root)) as gb:
         for module, student in pairs:
@@ -137,8 +112,28 @@ def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> l
                     if cell.cell_type == "code" and is_graded_cell(cell):
                         gid = str(grade_id(cell))
                         graded.cells[gid] = (scores.get(gid), _message(cell))
+                        if diagnosis := _diagnosis(cell):
+                            graded.diagnoses[gid] = diagnosis
             results.append(graded)
     return results
+
+
+def missing_results(root: Path, missing: dict[tuple[str, str], str]) -> list[Graded]:
+    """A `Graded` without a score for each (module, student) whose notebook is missing."""
+    if not missing:
+        return []
+    with Gradebook(_db(root)) as gb:
+        return [Graded(m, s, None, float(gb.find_assignment(m).max_score), why)
+                for (m, s), why in sorted(missing.items())]
+
+
+def _diagnosis(cell) -> str | None:
+    """The "Likely mistake: ..." line of a check's message in the cell's error, if any."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            if found := _LIKELY.search(output.get("evalue") or ""):
+                return found.group(1).strip()[:200]
+    return None
 
 
 def _message(cell) -> str:

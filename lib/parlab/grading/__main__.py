@@ -1,0 +1,7 @@
+"""`python -m parlab.grading <command>`: see parlab.grading.cli."""
+
+import sys
+
+from parlab.grading.cli import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""Collect: copy learners' submissions into submitted/<student>/<module>/, losing none silently.
+
+Accepted layouts in FROM (mixing them is fine):
+
+    FROM/<student>/<module>/<files>      nbgrader's own (a timestamp.txt there is kept)
+    FROM/<student>/<any name>.ipynb      one notebook per file, any file name
+
+A notebook's module is its file name when that is a module's, else the nbgrader grade ids of
+its cells (parlab.grading.match): `02_tensor_parallel (1).ipynb` and `Copy of ...` are
+graded as what they are. What cannot be collected is reported with the reason: a notebook that
+matches no module, one outside a student folder, a module folder without a notebook
+(MISSING); `CollectReport.ok` is False then, and the command exits non-zero. When two files of
+one student match the same module, the one named as the module (else the newest) is taken and
+the other reported. Student ids are the folder names, with characters nbgrader cannot take in
+an id (spaces, commas, glob characters) replaced by `_`. The submission time (timestamp.txt,
+for late penalties) comes from parlab.grading.times.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parlab.grading.match import match_module, released_ids
+from parlab.grading.notebooks import unreadable_reason
+from parlab.grading.paths import REPO_ROOT
+from parlab.grading.times import load_times, submission_time, write_timestamp
+
+_NOT_IN_ID = re.compile(r"[^\w.@+-]+")
+_SKIP = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", ".*")
+
+
+@dataclass(frozen=True)
+class Found:
+    """One notebook handed in: whose, for which module, and where it is."""
+
+    student: str  # the id it is collected as
+    folder_name: str  # the student's folder in FROM
+    module: str
+    notebook: Path
+    folder: Path | None  # the nbgrader-layout folder it came in, else None
+    how: str
+
+
+@dataclass
+class CollectReport:
+    """What collect did: (student, module, note) per submission, and what it could not use."""
+
+    collected: list[tuple[str, str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not collected
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): duplicates
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def student_id(folder_name: str) -> str:
+    """The nbgrader student id for a student's folder name."""
+    return _NOT_IN_ID.sub("_", folder_name.strip()).strip("_") or "student"
+
+
+def _notebooks(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+
+
+def _find(source: Path, ids: dict[str, set[str]], report: CollectReport) -> list[Found]:
+    found = []
+    for loose in _notebooks(source):
+        report.problems.append((str(loose), "not in a student folder: put it in "
+                                "FROM/<student>/ and collect again"))
+    for student_dir in sorted(p for p in source.iterdir() if p.is_dir()):
+        if student_dir.name.startswith((".", "_")):
+            continue
+        sid, name = student_id(student_dir.name), student_dir.name
+        for entry in sorted(student_dir.iterdir()):
+            if entry.is_dir() and entry.name in ids:
+                found += _in_module_folder(entry, sid, name, ids, report)
+            elif entry.is_dir() and not entry.name.startswith("."):
+                found += _loose(_notebooks(entry), sid, name, ids, report)
+            elif entry.suffix == ".ipynb":
+                found += _loose([entry], sid, name, ids, report)
+    return found
+
+
+def _loose(paths: list[Path], sid: str, name: str, ids: dict[str, set[str]],
+           report: CollectReport) -> list[Found]:
+    found = []
+    for path in paths:
+        match = match_module(path, ids)
+        if match.module is None:
+            report.problems.append((str(path), f"matches no module: {match.how}"))
+        else:
+            found.append(Found(sid, name, match.module, path, None, match.how))
+    return found
+
+
+def _in_module_folder(folder: Path, sid: str, name: str, ids: dict[str, set[str]],
+                      report: CollectReport) -> list[Found]:
+    module = folder.name
+    exact = folder / f"{module}.ipynb"
+    if exact.exists():
+        return [Found(sid, name, module, exact, folder, "by name")]
+    for path in _notebooks(folder):
+        match = match_module(path, ids)
+        if match.module == module:
+            return [Found(sid, name, module, path, folder, match.how)]
+    others = ", ".join(p.name for p in _notebooks(folder)) or "no notebook at all"
+    report.problems.append((str(folder), f"MISSING: no {module}.ipynb in this module folder "
+                            f"({others}); ask the learner to hand it in"))
+    return []
+
+
+def _pick(found: list[Found], report: CollectReport) -> list[Found]:
+    """One notebook per (student, module): the one named as the module, else the newest."""
+    groups: dict[tuple[str, str], list[Found]] = {}
+    for f in found:
+        groups.setdefault((f.student, f.module), []).append(f)
+    chosen = []
+    for group in groups.values():
+        group.sort(key=lambda f: (f.how == "by name", f.notebook.stat().st_mtime), reverse=True)
+        chosen.append(group[0])
+        for other in group[1:]:
+            report.skipped.append((str(other.notebook), f"also {other.module} of "
+                                   f"{other.student}; {group[0].notebook.name} was taken"))
+    return chosen
+
+
+def _copy(f: Found, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    if f.folder is not None:
+        shutil.copytree(f.folder, dest, ignore=_SKIP)
+        if f.notebook.name != f"{f.module}.ipynb":
+            (dest / f.notebook.name).rename(dest / f"{f.module}.ipynb")
+    else:
+        dest.mkdir(parents=True)
+        shutil.copy2(f.notebook, dest / f"{f.module}.ipynb")
+
+
+def _note(f: Found, dest: Path, replaced: bool,
+          times: dict[tuple[str, str], dt.datetime]) -> str:
+    notes = ["replaced an earlier submission" if replaced else "new"]
+    if f.student != f.folder_name:
+        notes.append(f"student folder {f.folder_name!r} collected as {f.student!r}")
+    if f.notebook.name != f"{f.module}.ipynb":
+        notes.append(f"{f.notebook.name!r} matched {f.how}")
+    if why := unreadable_reason(dest / f"{f.module}.ipynb"):
+        notes.append(f"unreadable notebook ({why}): it will be graded 0 with that message")
+    if (dest / "timestamp.txt").exists():
+        notes.append("submitted at its timestamp.txt")
+    else:
+        when, where = submission_time(f.notebook, (f.folder_name, f.student), f.module, times)
+        write_timestamp(dest, when)
+        notes.append(f"submitted {when:%Y-%m-%d %H:%M} UTC, from {where}")
+    return "; ".join(notes)
+
+
+def collect(source: Path, root: Path = REPO_ROOT, times_csv: Path | None = None) -> CollectReport:
+    """Copy every submission in `source` into root/submitted/<student>/<module>/ (see the
+    module doc); a submission replaces the student's earlier one for that module."""
+    source, root = Path(source).resolve(), Path(root).resolve()
+    if not source.is_dir():
+        raise SystemExit(f"collect: {source} is not a folder")
+    ids = released_ids(root)
+    times = load_times(times_csv) if times_csv else {}
+    report = CollectReport()
+    for f in _pick(_find(source, ids, report), report):
+        dest = root / "submitted" / f.student / f.module
+        replaced = dest.exists()
+        _copy(f, dest)
+        report.collected.append((f.student, f.module, _note(f, dest, replaced, times)))
+    return report
