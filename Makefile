@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check \
+.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
 setup: $(VENV)/.installed
@@ -63,6 +63,7 @@ lab: setup
 	@for d in course/*/; do m=$$(basename $$d); \
 	  [ -e $(WORKSPACE)/$$m ] || { cp -r $$d $(WORKSPACE)/$$m && echo "new in $(WORKSPACE)/: $$m"; }; \
 	done
+	@$(GRADING) stale --workspace $(WORKSPACE)
 	$(call WITH_JUPYTER,$(LEARNER_JUPYTER)) \
 	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(WORKSPACE) $(ROOT_FLAG) $(ARGS)
 
@@ -114,6 +115,12 @@ report: setup
 
 check: setup
 	$(GRADING) check $(MODULE)
+
+# A new release of a module you have started: carry your answers (by grade id) into it; your
+# previous notebook is kept beside it as <module>.before-update-<time>.ipynb.
+update: setup
+	@test -n "$(MODULE)" || { echo "make update needs MODULE=<module>, e.g. MODULE=02_tensor_parallel"; exit 2; }
+	$(GRADING) update $(MODULE) --workspace $(WORKSPACE)
 
 lint: setup
 	$(VENV)/bin/ruff check lib tests benchmarks autograder scripts nbgrader_config.py

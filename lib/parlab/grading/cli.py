@@ -9,6 +9,8 @@
     python -m parlab.grading report [--to report.html]  # the class report
     python -m parlab.grading check [MODULE]       # a learner's self-check (make check)
     python -m parlab.grading fake INBOX           # three fake students, to try it all
+    python -m parlab.grading stale                # which workspace notebooks are out of date
+    python -m parlab.grading update MODULE        # carry your answers into a new release
 
 The Makefile's `collect`, `autograde`, `export`, `feedback` and `check` targets call these
 (see autograder/README.md). `--root DIR` grades another course root (default: this
@@ -23,7 +25,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from parlab.grading import learner
+from parlab.grading import learner, workspace
 from parlab.grading.export import export_grades
 from parlab.grading.fake import fake_class
 from parlab.grading.feedback import write_feedback
@@ -101,7 +103,36 @@ def _parser() -> argparse.ArgumentParser:
                        description=learner.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     learner.add_arguments(p)
+    p = sub.add_parser("stale", help="workspace notebooks from an older release (make lab)")
+    p.add_argument("--workspace", type=Path, default=None, help="default: ROOT/workspace")
+    p = sub.add_parser("update", help="carry a workspace notebook's answers into the current "
+                       "release, keeping the old file", description=workspace.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("module", help="e.g. 02_tensor_parallel (make update MODULE=...)")
+    p.add_argument("--workspace", type=Path, default=None, help="default: ROOT/workspace")
     return parser
+
+
+def _workspace(args: argparse.Namespace, root: Path) -> int:
+    """`stale` (print what is out of date, exit 0) and `update MODULE`."""
+    folder, course = (args.workspace or root / "workspace").resolve(), root / "course"
+    if args.command == "stale":
+        old = workspace.stale(folder, course)
+        if old:
+            print(workspace.stale_message(old))
+        return 0
+    try:
+        done = workspace.update(args.module, workspace=folder, course=course)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"update: {exc}", file=sys.stderr)
+        return 2
+    print(f"workspace/{done.module}: {len(done.carried)} answers carried into the current "
+          f"release; your previous file is kept as {done.backup.name}")
+    if done.added:
+        print(f"  {done.added} cells you added yourself are at the end of the notebook")
+    if done.dropped:
+        print(f"  not in the new release (still in the backup): {', '.join(done.dropped)}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     if args.command == "check":
         return learner.check_command(args, parser)
+    if args.command in ("stale", "update"):
+        return _workspace(args, root)
     if args.command == "fake":
         made = fake_class(args.inbox.resolve(), root)
         print(f"wrote {len(made)} notebooks into {args.inbox}: {', '.join(made)}")

@@ -78,8 +78,8 @@ def note_undefined_name(cells: list[NotebookNode], index: int) -> str | None:
     if not errors or errors[-1].get("ename") != "NameError":
         return None
     found = _UNDEFINED.search(errors[-1].get("evalue", ""))
-    definer = found and unfinished_definer(cells, index, found.group(1))
-    if not definer:
+    definer = unfinished_definer(cells, index, found.group(1)) if found else None
+    if found is None or not definer:
         return None
     at, (ename, _) = definer
     label = grade_id(cells[at]) or f"cell {at}"

@@ -101,6 +101,8 @@ def kernel_metadata(kernel_name: str = "python3") -> dict:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     spec = km.kernel_spec
+    if spec is None:
+        raise RuntimeError(f"no kernel spec named {kernel_name!r}: install ipykernel in this venv")
     return {"kernelspec": {"display_name": spec.display_name, "language": spec.language,
                            "name": kernel_name},
             "language_info": info}

@@ -118,7 +118,7 @@ def _run_workers(root: Path, pairs: list[Pair], module: str, release: Path, work
     # Disjoint shares of (module, student) pairs, dealt round-robin so that each worker gets a
     # mix of modules; a student may be graded by two workers, for two different modules.
     groups = [pairs[i::workers] for i in range(min(workers, len(pairs)))]
-    per = float(config_value("ResilientExecute", "submission_timeout", 900, nbgrader_args))
+    per = float(str(config_value("ResilientExecute", "submission_timeout", 900, nbgrader_args)))
     limit = worker_timeout or max(len(g) for g in groups) * (per + 60) + 120
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         done = list(pool.map(lambda ig: _worker(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from dateutil import parser as dateparser
@@ -35,7 +36,7 @@ def _utc(when: dt.datetime) -> dt.datetime:
         dt.timezone.utc)
 
 
-def _column(header: list[str], names: tuple[str, ...]) -> str | None:
+def _column(header: Sequence[str], names: tuple[str, ...]) -> str | None:
     lowered = {h.strip().lower(): h for h in header}
     return next((lowered[n] for n in names if n in lowered), None)
 

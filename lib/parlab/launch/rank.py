@@ -26,7 +26,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from parlab import comm
+from parlab import comm, timeline
 
 STATUS_BYTES = 1024  # room for one JSON status line per rank
 
@@ -63,7 +63,8 @@ def _watch_parent(lifeline: Any) -> None:
 
 
 def main(rank: int, world_size: int, backend: str, store_path: str, timeout: float,
-         payload: bytes, results: Any, lifeline: Any, status: Any) -> None:
+         payload: bytes, results: Any, lifeline: Any, status: Any,
+         trace_dir: str | None = None) -> None:
     """Entry point of one rank: never returns an exception to multiprocessing."""
     os.setpgrp()  # our own process group: the parent kills it whole, Ctrl-C is the parent's
     threading.Thread(target=_watch_parent, args=(lifeline,), daemon=True).start()
@@ -82,7 +83,12 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
         comm.add_listener(_status_listener(status))
         fn, args, kwargs = cloudpickle.loads(payload)
         _publish(status, {"state": "running", "t": time.time()})
-        out = fn(*args, **kwargs)
+        if trace_dir is None:
+            out = fn(*args, **kwargs)
+        else:  # this rank's profile, merged by the parent (parlab.timeline)
+            with timeline.profiled(os.path.join(trace_dir, f"rank{rank}.json"),
+                                   cuda=backend == "nccl"):
+                out = fn(*args, **kwargs)
         try:
             blob = pickle.dumps(("ok", rank, out))
         except Exception as exc:  # noqa: BLE001 - reported to the learner

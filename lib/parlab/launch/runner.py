@@ -36,14 +36,15 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import spawn
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, TypeVar
 
 import cloudpickle
 import torch
 
+from parlab import timeline
 from parlab.launch import rank as _rank
 from parlab.launch.diagnose import Watch
 from parlab.launch.errors import Origins, RankError, code_origins
@@ -53,6 +54,7 @@ __all__ = ["run", "pick_backend"]
 _PRELOAD = ["torch", "torch.distributed", "cloudpickle", "parlab.launch.rank",
             "torch.fx.experimental.symbolic_shapes"]  # imported by the first backward
 _START_LOCK = threading.Lock()
+T = TypeVar("T")
 ERROR_GRACE_S = 0.5  # after a first error, wait this long for the other ranks' reports
 
 
@@ -115,9 +117,13 @@ def _serialise(fn: Any, args: tuple, kwargs: dict) -> bytes:
                         "locks or process groups.") from exc
 
 
-def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
-        timeout: float = 60.0, **kwargs: Any) -> list:
-    """Run `fn(*args, **kwargs)` on `world_size` ranks; return the results in rank order."""
+def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | None = None,
+        timeout: float = 60.0, trace: str | os.PathLike | None = None,
+        **kwargs: Any) -> list[T]:
+    """Run `fn(*args, **kwargs)` on `world_size` ranks; return the results in rank order.
+
+    `trace="run.json"` profiles every rank (parlab.timeline) and writes one merged Chrome
+    trace there, one process row per rank, when the run succeeds."""
     _check_args(fn, world_size, timeout)
     backend = pick_backend(world_size, backend)
     payload = _serialise(fn, args, kwargs)
@@ -133,7 +139,7 @@ def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
             status = ctx.RawArray(ctypes.c_char, _rank.STATUS_BYTES)
             p = ctx.Process(target=_rank.main, name=f"parlab-rank-{rank}", daemon=True, args=(
                 rank, world_size, backend, os.path.join(workdir, "store"), timeout + 5.0,
-                payload, send_end, life_r, status))
+                payload, send_end, life_r, status, None if trace is None else workdir))
             with _without_main():
                 p.start()
             send_end.close()
@@ -143,7 +149,11 @@ def run(fn: Any, world_size: int = 2, *args: Any, backend: str | None = None,
             receivers.append(recv_end)
             statuses.append(status)
         origins = code_origins(fn, args, kwargs)
-        return _collect(procs, receivers, Watch(statuses, timeout), origins)
+        results = _collect(procs, receivers, Watch(statuses, timeout), origins)
+        if trace is not None:
+            timeline.merge([os.path.join(workdir, f"rank{r}.json") for r in range(world_size)],
+                           trace)
+        return results
     finally:
         _shutdown(procs, lifelines)
         shutil.rmtree(workdir, ignore_errors=True)
