@@ -50,7 +50,7 @@ def test_corpus_is_complete_and_documented():
     mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
-@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("t", [2, 3, 4])
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_solutions_pass(check, t):
     CHECKS[check](learner_namespace(), t)
