@@ -49,7 +49,7 @@ from parlab.check.sp.common import (
     rows,
     times,
 )
-from parlab.check.tp.common import backward, cpu, env, owns_only, traced, unchanged
+from parlab.check.tp.common import backward, cpu, env, nonleaf, owns_only, traced, unchanged
 from parlab.check.tp.compare import close
 
 __all__ = ["check_sp_block", "block_worker"]
@@ -68,6 +68,9 @@ DROPOUT = ("the layer is right without dropout but not with it, so your dropout 
            "the single device's (its masks or its 1/(1 - p_drop) scale): make check_sp_dropout "
            "pass, and call sp_dropout after attention and after the MLP, in that order, with "
            "the generator forward receives")
+SIZES = (f"the check's layer has B = {B}, T = {T} tokens (T/t rows per rank), hidden C = {H} "
+         f"and {HEADS} heads: take every size from x.shape, the block and "
+         "dist.get_world_size(), never from the notebook's example; " + SEQ_DIM)
 KEEP_LN = ("keep the block's own LayerNorms, as the given __init__ does (copy.deepcopy("
            "block.ln1)): their weight and bias are trained parameters; a new nn.LayerNorm "
            "starts at weight 1 and bias 0")
@@ -103,11 +106,11 @@ def _learner_run(cls: type, block: Any, x: torch.Tensor, up: torch.Tensor, rank:
                  t: int) -> dict:
     model = call_learner(f"{cls.__name__}(block)", cls, copy.deepcopy(block), shape_hint=SEQ_DIM)
     owns_only(model, rank)
-    xin = rows(x, rank, t).clone().requires_grad_()
-    before = cpu(xin)
+    given = rows(x, rank, t).contiguous()
+    leaf, xin = nonleaf(given)
     y, fwd = traced(f"{cls.__name__}.forward", model, xin,
-                    torch.Generator().manual_seed(GEN_SEED), shape_hint=SEQ_DIM, rename=KIND)
-    unchanged(before, xin, "x", rank)
+                    torch.Generator().manual_seed(GEN_SEED), hint=SIZES, rename=KIND)
+    unchanged(given, xin, f"x (the tensor given to {cls.__name__}.forward)", rank)
     bwd = backward(f"{cls.__name__}.forward", y, rows(up, rank, t).contiguous(), rank, SHAPE,
                    shape_hint=SEQ_DIM, rename=KIND)
     _, sync = traced(f"{cls.__name__}.reduce_replicated_grads", model.reduce_replicated_grads,
@@ -115,7 +118,7 @@ def _learner_run(cls: type, block: Any, x: torch.Tensor, up: torch.Tensor, rank:
     with torch.no_grad():
         again = call_learner(f"{cls.__name__}.forward, a second time", model, xin.detach(),
                              torch.Generator().manual_seed(GEN_SEED), shape_hint=SEQ_DIM)
-    out = {"y": cpu(y), "x.grad": cpu(xin.grad), "again": cpu(again), "forward": fwd,
+    out = {"y": cpu(y), "x.grad": cpu(leaf.grad), "again": cpu(again), "forward": fwd,
            "backward": bwd, "sync": sync}
     for name in (*REPLICATED, *SHARDED):
         obj = model
@@ -194,6 +197,11 @@ def _check_outputs(results: list, p: float, t: int) -> None:
             if not close(r[name], ref[name], rtol=0, atol=0):
                 fail(f"SPBlock's {name} is not the block's {name}", rank=rank, hint=KEEP_LN)
         y, want = r["y"], rows(ref["y"], rank, t)
+        if p == 0 and isinstance(y, torch.Tensor) and not bool(torch.isfinite(y).all()):
+            fail(f"the output of {where} holds NaN or infinity: your dropout differs from the "
+                 "single device's", rank=rank, hint="with p_drop = 0 nothing is dropped, so a "
+                 "division by p_drop is a division by zero: scale the kept values by "
+                 "1/(1 - p_drop), one over the probability of keeping an element")
         for names, wrong in res["bias_t"][p].items():
             if t > 1 and close(y, rows(wrong, rank, t), **F32_TOL) and not close(y, want):
                 fail(f"the output of {where} is the single-device layer's with {names} "

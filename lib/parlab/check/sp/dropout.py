@@ -61,11 +61,11 @@ def _dropout_worker(dropout: Callable, p_drop: float, seed: int) -> dict:
         first = call_learner(STAGE, dropout, x, p_drop, gen, shape_hint=SEQ_DIM)
     finally:
         meter.__exit__(None, None, None)
-    unchanged(before, x, "x", rank)
+    unchanged(before, x, "x (the tensor given to sp_dropout)", rank)
     second = call_learner(STAGE, dropout, x.detach(), p_drop, gen, shape_hint=SEQ_DIM)
     again = call_learner(STAGE, dropout, x.detach(), p_drop,
                          torch.Generator().manual_seed(seed), shape_hint=SEQ_DIM)
-    unchanged(before, x, "x", rank)
+    unchanged(before, x, "x (the tensor given to sp_dropout)", rank)
     grad = None
     if isinstance(first, torch.Tensor) and first.shape == x.shape and first.requires_grad:
         first.sum().backward()

@@ -106,8 +106,8 @@ def check_tp_block(cls: type, layer_bytes: Callable[..., float], *, world_size: 
                           ("backward", "f before attention and before the MLP")):
         why = f"a TP layer all-reduces exactly twice in its {when}: {pointer}"
         if when == "backward":
-            why += ("; more than two: an f applied again in TPBlock.forward, on top of the "
-                    "one inside TPAttention and TPMLP")
+            why += ("; more than two: f applied again, on top of the one each "
+                    "ColumnParallelLinear applies (in TPBlock.forward, TPAttention or TPMLP)")
         expect_events(results, when, "TPBlock", ["all_reduce", "all_reduce"], _says(why))
     compare(results, t, [(f"grad of {p}", got(f"{p}.grad"), ref(f"{p}.grad")) for p in LNS],
             F32_TOL)

@@ -97,13 +97,15 @@ def guard() -> None:
 
 
 def traced(stage: str, fn: Callable[..., Any], *args: Any, shape_hint: str = LINEAR_LAYOUT,
-           rename: Mapping[str, str] | None = None) -> tuple[Any, Events]:
+           rename: Mapping[str, str] | None = None,
+           hint: str | None = None) -> tuple[Any, Events]:
     """(fn(*args) through call_learner, [(kind, shape, wire bytes), ...] of its collectives);
-    `rename` maps tracer kinds (e.g. all_gather_into_tensor -> all_gather)."""
+    `rename` maps tracer kinds (e.g. all_gather_into_tensor -> all_gather); a crash's likely
+    mistake is `hint` if given, else `shape_hint` when torch says shapes do not fit."""
     from parlab import comm
 
     with comm.trace() as tr:
-        out = call_learner(stage, fn, *args, shape_hint=shape_hint)
+        out = call_learner(stage, fn, *args, hint=hint, shape_hint=shape_hint)
     names = rename or {}
     return out, [(names.get(e.kind, e.kind), tuple(e.shape), e.wire_bytes) for e in tr.events]
 
@@ -139,7 +141,15 @@ def owns_only(module: Any, rank: int, hint: str = OWN_COPY) -> None:
 
 
 def unchanged(before: torch.Tensor, after: torch.Tensor, name: str, rank: int) -> None:
-    assert_unchanged(before, after, name=name, rank=rank, hint=IN_PLACE)
+    assert_unchanged(before.detach().cpu(), after, name=name, rank=rank, hint=IN_PLACE)
+
+
+def nonleaf(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(leaf, input): a copy of x that collects the gradient, and the tensor handed to the
+    learner, computed from it, so that an answer changing its input in place (x += ...) is
+    not stopped by autograd (it refuses that on a leaf) but seen by `unchanged`."""
+    leaf = x.detach().clone().requires_grad_()
+    return leaf, leaf * 1.0
 
 
 def backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str = REPLICATED,
@@ -187,10 +197,9 @@ def run_module(cls: type, module: torch.nn.Module, x: torch.Tensor, up: torch.Te
                          shape_hint=LINEAR_LAYOUT)
     owns_only(model, rank)
     hint = shape_hint(model) if shape_hint else LINEAR_LAYOUT
-    xin = x.clone().requires_grad_()
-    before = cpu(xin)
+    leaf, xin = nonleaf(x)
     y, fwd = traced(f"{cls.__name__}.forward", model, xin, shape_hint=hint)
-    unchanged(before, xin, "x", rank)
+    unchanged(x, xin, f"x (the tensor given to {cls.__name__}.forward)", rank)
     bwd = backward(f"{cls.__name__}.forward", y, up, rank, shape_hint=hint)
-    return {"y": cpu(y), "x.grad": cpu(xin.grad), "forward": fwd,
+    return {"y": cpu(y), "x.grad": cpu(leaf.grad), "forward": fwd,
             "backward": bwd, "rank": rank, **grads(model, params, rank)}

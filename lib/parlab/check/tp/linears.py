@@ -35,6 +35,7 @@ from parlab.check.tp.common import (
     env,
     grads,
     guard,
+    nonleaf,
     owns_only,
     param,
     traced,
@@ -84,13 +85,13 @@ def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.de
     owns_only(layer, rank)
     cols = slice(rank * k // t, (rank + 1) * k // t)
     rows = slice(rank * n // t, (rank + 1) * n // t)
-    xin = (x if kind == "column" else x[..., cols]).clone().requires_grad_()
-    before = cpu(xin)
+    given = (x if kind == "column" else x[..., cols]).contiguous()
+    leaf, xin = nonleaf(given)
     y, fwd = traced(f"{cls.__name__}.forward", layer, xin)
-    unchanged(before, xin, "x", rank)
+    unchanged(given, xin, f"x (the tensor given to {cls.__name__}.forward)", rank)
     upstream = up[..., rows] if kind == "column" else up
     bwd = backward(f"{cls.__name__}.forward", y, upstream.contiguous(), rank)
-    return {"ref": ref, "y": cpu(y), "x.grad": cpu(xin.grad), "forward": fwd, "backward": bwd,
+    return {"ref": ref, "y": cpu(y), "x.grad": cpu(leaf.grad), "forward": fwd, "backward": bwd,
             "rows": rows, "cols": cols, **grads(layer, ("weight", "bias"), rank)}
 
 
