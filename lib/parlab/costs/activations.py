@@ -123,7 +123,7 @@ class SavedTensorMeter:
         return tensor
 
     def __enter__(self) -> SavedTensorMeter:
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
         return self
 
