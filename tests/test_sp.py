@@ -245,6 +245,20 @@ def test_gpt3_layer_by_hand():
     assert activations.activation_bytes_per_layer(1, 2048, 12288, 96, 8, sp=True) == 114 * sbh / 8
 
 
+
+def test_recomputed_scores_leave_34_sbh():
+    """keep_scores=False drops the 5as/h terms: 34 sbh, sbh (10 + 24/t) and 34 sbh / t, i.e.
+    13 sbh and 4.25 sbh at t = 8 (module 03's quick question)."""
+    b, s, h, a = 1, 2048, 12288, 96
+    sbh = s * b * h
+    assert activations.activation_bytes_per_layer(b, s, h, a, keep_scores=False) == 34 * sbh
+    assert activations.activation_bytes_per_layer(b, s, h, a, 8, keep_scores=False) == 13 * sbh
+    assert activations.activation_bytes_per_layer(b, s, h, a, 8, sp=True,
+                                                  keep_scores=False) == 4.25 * sbh
+    parts = activations.activation_breakdown(b, s, h, a, 8, keep_scores=False)
+    assert parts["attention scores (softmax, mask, dropout)"] == 0
+
+
 def test_formulas_refuse_bad_sizes():
     with pytest.raises(ValueError, match="t must be a whole number >= 1"):
         activations.activation_bytes_per_layer(1, 2, 2, 1, 0)
