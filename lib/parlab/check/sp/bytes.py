@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parlab import costs
-from parlab.check import CHECK_TIMEOUT_S, call_learner, exercise, fail, run_checked
+from parlab.check import CHECK_TIMEOUT_S, call_learner, exercise, expect_type, fail, run_checked
 from parlab.check.sp.block import block_worker
 from parlab.check.sp.common import HANG, KEY_BYTES, LAYER, P_DROP, B, H, T, reject_reference
 from parlab.check.tp.formula import Form, check_formula, cost_functions, refusing
@@ -69,6 +69,8 @@ def check_sp_bytes(cls: type, layer_bytes: Callable[..., Any], *, world_size: in
                           hang_hint=HANG)
     with refusing(cost_functions()):
         got = call_learner("sp_layer_bytes", layer_bytes, B, T, H, t, 4)
+    expect_type(got, dict, name=f"sp_layer_bytes(b={B}, s={T}, h={H}, t={t}, dtype_bytes=4)",
+                what="a dict with keys 'all_gather' and 'reduce_scatter'")
     formula = {k: float(v) for k, v in got.items()}
     tp_total = costs.tp_bytes_per_layer(B, T, H, t, dtype_bytes=4)
     for rank, res in enumerate(results):
