@@ -160,7 +160,9 @@ def check_saved_bytes(saved_bytes: Callable[..., Any], *, world_size: int = 2,
                          hint="count every saved storage once, parameters excluded")
         if r["got"]["tp"] != t * r["got"]["sp"]:
             fail(f"the non-TP regions save {r['got']['tp']} B under TP and {r['got']['sp']} B "
-                 f"under TP + SP: expected a ratio of exactly t = {t}", rank=rank)
+                 f"under TP + SP: expected a ratio of exactly t = {t}", rank=rank,
+                 hint="count what autograd saves the same way in both runs: every storage "
+                      "once, at its full size, parameters excluded")
     r0 = results[0]["got"]
     summary = {"b": B, "s": T, "h": H, "t": t, "tp": r0["tp"], "sp": r0["sp"],
                "ratio": r0["tp"] / r0["sp"], "closed_form_tp": 2 * (4 * N + 8 * B * T) + 2 * N}

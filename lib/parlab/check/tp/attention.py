@@ -22,6 +22,7 @@ from parlab.check.tp.common import (
     F32_TOL,
     F_BACKWARD,
     G_BACKWARD,
+    GRAD_HINT,
     HANG,
     HEADS,
     KEY_ATTENTION,
@@ -154,9 +155,10 @@ def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
         "attention needs one all-reduce in forward, g, in the row-parallel output projection"))
     compare(results, t, [(f"grad of {p}", got(p + ".grad"),
                           part(lambda r, key: _shard(r, key, t), p + ".grad")) for p in PARAMS],
-            F32_TOL)
+            F32_TOL, hint=GRAD_HINT)
     compare(results, t, [("grad of x (the attention's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
+            hint=GRAD_HINT)
     expect_events(results, "backward", "TPAttention", ["all_reduce"], lambda ev: (
         F_BACKWARD if not ev else
         f"{len(ev)} all-reduces in backward: apply f once, to x, before one fused qkv "

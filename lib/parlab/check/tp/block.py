@@ -23,6 +23,7 @@ from parlab.check import CHECK_TIMEOUT_S, assert_close, call_learner, exercise, 
 from parlab.check.tp.common import (
     EXTRA_F,
     F32_TOL,
+    GRAD_HINT,
     HANG,
     HEADS,
     KEY_BLOCK,
@@ -110,9 +111,10 @@ def check_tp_block(cls: type, layer_bytes: Callable[..., float], *, world_size: 
                     "ColumnParallelLinear applies (in TPBlock.forward, TPAttention or TPMLP)")
         expect_events(results, when, "TPBlock", ["all_reduce", "all_reduce"], _says(why))
     compare(results, t, [(f"grad of {p}", got(f"{p}.grad"), ref(f"{p}.grad")) for p in LNS],
-            F32_TOL)
+            F32_TOL, hint=GRAD_HINT)
     compare(results, t, [("grad of x (the layer's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
+            hint=GRAD_HINT)
     want = costs.tp_bytes_per_layer(B, S, H, t, dtype_bytes=4)
     for rank, r in enumerate(results):
         sent = sum(e[2] for e in r["forward"] + r["backward"])

@@ -70,6 +70,9 @@ IN_PLACE = ("work on a copy (x.clone()) or out-of-place operations (x = x + y, n
 HANG = ("a collective that only some ranks call (inside `if rank == ...`), or ranks calling "
         "different collectives: every rank must make the same calls in the same order")
 REPLICATED = "return the whole output, replicated on every rank"
+GRAD_HINT = ("the forward is right but this gradient is not, so look at the backward of f and g "
+             "(check_f_g tests them alone): f's backward all-reduces, g's passes the gradient "
+             "through")
 
 Events = list[tuple[str, tuple[int, ...], float]]  # (kind, shape, wire bytes) per collective
 M = TypeVar("M", bound=torch.nn.Module)

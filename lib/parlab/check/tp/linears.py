@@ -25,6 +25,7 @@ from parlab.check.tp.common import (
     F_BACKWARD,
     F_G,
     G_BACKWARD,
+    GRAD_HINT,
     HANG,
     KEY_LINEARS,
     LINEAR_LAYOUT,
@@ -132,13 +133,17 @@ def _check_layer(rs: list[dict], kind: str, t: int) -> None:
     x_name = ("grad of x (the replicated input)" if kind == "column"
               else "grad of x (this rank's slice of the input)")
     compare(rs, t, [(out_name, lambda r: r["y"], lambda r: r["ref"]["y"][..., r["rows"]]
-                     if kind == "column" else r["ref"]["y"])], F64_TOL)
+                     if kind == "column" else r["ref"]["y"])], F64_TOL,
+            hint="the shards are right, so look at forward: the column layer computes "
+                 "F.linear(f(x), self.weight, self.bias), the row layer "
+                 "g(F.linear(x, self.weight)) + self.bias")
     compare(rs, t, [(f"grad of {name}.{p}", got(f"{p}.grad"),
                      part(lambda r, key: _slice(r, key, kind), f"{p}.grad"))
                     for p in ("weight", "bias")],
-            F64_TOL)  # the weights' gradients first: they tell f's mistakes from g's
+            F64_TOL, hint=GRAD_HINT)  # the weights' gradients first: they tell f from g
     compare(rs, t, [(x_name, lambda r: r["x.grad"], lambda r: r["ref"]["x.grad"]
-                     if kind == "column" else r["ref"]["x.grad"][..., r["cols"]])], F64_TOL)
+                     if kind == "column" else r["ref"]["x.grad"][..., r["cols"]])], F64_TOL,
+            hint=GRAD_HINT)
     if kind == "column":
         expect_events(rs, "forward", name, [], lambda ev: (
             "the column layer needs no communication in forward: every rank has the whole "

@@ -25,6 +25,7 @@ from parlab.check.tp.common import (
     F32_TOL,
     F_BACKWARD,
     G_BACKWARD,
+    GRAD_HINT,
     HANG,
     KEY_MLP,
     KEY_ROW_FIRST,
@@ -125,7 +126,10 @@ def _check_output(results: list[dict], t: int) -> None:
         if close(y, ref["y_no_gelu"], **F32_TOL) and not close(y, ref["y"], **F32_TOL):
             fail("the output equals fc2(fc1(x)), the MLP without its GeLU", rank=rank,
                  hint=NO_GELU)
-    compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"])], F32_TOL)
+    compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"])], F32_TOL,
+            hint="compare your forward with self.fc2(F.gelu(self.fc1(x))), fc1 a "
+                 "ColumnParallelLinear of mlp.fc1 and fc2 a RowParallelLinear of mlp.fc2; "
+                 "check_parallel_linears tests the two layers on their own")
 
 
 @exercise(KEY_MLP, needs=LINEARS)
@@ -150,9 +154,10 @@ def check_tp_mlp(cls: type, *, world_size: int = 2, seed: int = SEED,
     compare(results, t, [(p, got(p), part(shard, p)) for p in PARAMS], EXACT,
             hint=LINEAR_LAYOUT)
     compare(results, t, [(f"grad of {p}", got(p + ".grad"), part(shard, p + ".grad"))
-                         for p in PARAMS], F32_TOL)
+                         for p in PARAMS], F32_TOL, hint=GRAD_HINT)
     compare(results, t, [("grad of x (the MLP's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
+            hint=GRAD_HINT)
     expect_events(results, "backward", "TPMLP", ["all_reduce"], lambda ev: (
         F_BACKWARD if not ev else f"{len(ev)} collectives in backward: " + G_BACKWARD))
     if not quiet:
@@ -190,7 +195,9 @@ def check_row_first(cls: type, *, world_size: int = 2, seed: int = SEED,
                           timeout=timeout, hang_hint=HANG)
     compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"]),
                          ("grad of x (the MLP's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL,
+            hint="with fc1 row-parallel the forward is x -> f -> own_slice -> fc1 (its g "
+                 "all-reduces the (B, T, 4C) pre-activation) -> GeLU -> f -> own_slice -> fc2")
     for rank, r in enumerate(results):
         ev = r["forward"]
         if len(ev) < 2 or ev[0][0] != "all_reduce" or ev[0][1][-1] != 4 * H:
