@@ -16,10 +16,19 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CheckFailed
+from parlab.check import CheckFailed, _harness
 from parlab.check import sp as spcheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
+
+
+@pytest.fixture(autouse=True)
+def fresh_kernel():
+    """Each test starts as a fresh kernel would: no exercise has passed or failed yet."""
+    _harness._OUTCOMES.clear()
+    yield
+    _harness._OUTCOMES.clear()
+
 NOTEBOOK = ROOT / "solutions" / "03_sequence_parallel" / "03_sequence_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "03_sequence_parallel"
 CHECKS = {
@@ -43,11 +52,13 @@ CASES = mistakes.cases(MISTAKES)
 
 
 def test_corpus_is_complete_and_documented():
-    required = {"gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank"}  # issue 6
+    required = {"gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank",  # issue 6
+                "dropout_scale_over_p", "dropout_in_place", "fresh_layernorm",  # issue 16
+                "hardcoded_hidden", "sp_bytes_no_dtype"}
     mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
-@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("t", [2, 3, 4])
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_solutions_pass(check, t):
     CHECKS[check](learner_namespace(), t)
@@ -58,7 +69,8 @@ def test_mistake_is_caught_with_a_pointer(path, check, phrase, t):
     ns = learner_namespace(path.read_text())
     message = mistakes.caught_message(lambda: CHECKS[check](ns, t), phrase=phrase,
                                       where=f"{path.name} under {check} on {t} ranks")
-    assert "rank " in message  # every message from a rank-level comparison names the rank
+    # a rank-level comparison names the rank; a byte formula (checked in the kernel) the call
+    assert "rank " in message or "sp_layer_bytes(b=" in message
 
 
 REEXPORTS = {  # how an answer could hand back parlab's own code -> the check that must refuse
@@ -90,8 +102,8 @@ REEXPORTS = {  # how an answer could hand back parlab's own code -> the check th
     """, "check_sp_pair"),
     "wrapped_dropout": ("""
         import parlab.tp
-        def sp_dropout(x, p, generator):
-            return parlab.tp.sequence_parallel_dropout(x, p=p, generator=generator)
+        def sp_dropout(x, p_drop, generator):
+            return parlab.tp.sequence_parallel_dropout(x, p_drop=p_drop, generator=generator)
     """, "check_sp_dropout"),
     "wrapped_grads": ("""
         import parlab.tp
@@ -107,6 +119,20 @@ REEXPORTS = {  # how an answer could hand back parlab's own code -> the check th
         def saved_bytes(fn, *args, exclude=()):
             return parlab.costs.saved_tensor_bytes(fn, *args, exclude=exclude)
     """, "check_saved_bytes"),
+    "alias_sp_bytes": ("from parlab.tp import sp_bytes_per_layer as sp_layer_bytes",
+                       "check_sp_bytes"),
+    "wrapped_sp_bytes": ("""
+        import parlab.tp
+        def sp_layer_bytes(b, s, h, t, dtype_bytes=2):
+            return parlab.tp.sp_bytes_per_layer(b, s, h, t, dtype_bytes)
+    """, "check_sp_bytes"),
+    "ring_helper_sp_bytes": ("""
+        from parlab import costs
+        def sp_layer_bytes(b, s, h, t, dtype_bytes=2):
+            n = b * s * h * dtype_bytes
+            return {"all_gather": 4 * costs.ring_allgather_bytes(n, t),
+                    "reduce_scatter": 4 * costs.ring_reduce_scatter_bytes(n, t)}
+    """, "check_sp_bytes"),
 }
 
 
@@ -116,3 +142,16 @@ def test_reference_implementation_is_rejected(how):
     ns = learner_namespace(textwrap.dedent(source))
     with pytest.raises(CheckFailed, match="the course's own reference"):
         CHECKS[check](ns, 2)
+
+
+def test_a_later_check_names_the_earlier_exercise_it_builds_on():
+    """Issue 15.3: a wrong gather fails exercise 1, and the layer check, which uses the
+    learner's gather_seq and reduce_scatter_seq inside the layer, then says so first."""
+    ns = learner_namespace((MISTAKES / "gather_backward_no_sum.py").read_text())
+    with pytest.raises(CheckFailed, match="the all-gather's backward must reduce-scatter"):
+        CHECKS["check_sp_pair"](ns, 2)
+    with pytest.raises(CheckFailed) as info:
+        CHECKS["check_sp_block"](ns, 2)
+    assert str(info.value).startswith(
+        "this check builds on your gather_seq and reduce_scatter_seq (exercise 1), which failed "
+        "its own test above: fix that first"), str(info.value)

@@ -105,16 +105,19 @@ def _dropout_worker() -> dict:
     x = torch.ones(2, 4, 8, requires_grad=True)  # this rank's rows of a (2, 4t, 8) activation
     gen = torch.Generator().manual_seed(3)
     with activations.SavedTensorMeter() as meter:
-        first = sp.sequence_parallel_dropout(x, p=0.5, generator=gen)
-    second = sp.sequence_parallel_dropout(x, p=0.5, generator=gen)
-    again = sp.sequence_parallel_dropout(x, p=0.5, generator=torch.Generator().manual_seed(3))
+        first = sp.sequence_parallel_dropout(x, p_drop=0.75, generator=gen)
+    second = sp.sequence_parallel_dropout(x, p_drop=0.75, generator=gen)
+    again = sp.sequence_parallel_dropout(x, p_drop=0.75,
+                                         generator=torch.Generator().manual_seed(3))
     return first.detach(), second.detach(), again.detach(), meter.total
 
 
 @pytest.mark.parametrize("t", [2, 4])
 def test_dropout_shards_are_rows_of_the_single_device_masks(t):
     gen = torch.Generator().manual_seed(3)
-    whole = [(torch.rand(2, 4 * t, 8, generator=gen) >= 0.5) * 2.0 for _ in range(2)]  # 1/(1-p)
+    # p_drop = 0.75: kept values are scaled by 1/(1 - p_drop) = 4, not 1/p_drop = 4/3 (at 0.5
+    # the two would agree)
+    whole = [(torch.rand(2, 4 * t, 8, generator=gen) >= 0.75) * 4.0 for _ in range(2)]
     results = run(_dropout_worker, t)
     for rank, (first, second, again, saved) in enumerate(results):
         assert torch.equal(first, _mine(whole[0], rank, t))
@@ -125,8 +128,8 @@ def test_dropout_shards_are_rows_of_the_single_device_masks(t):
 
 
 def test_dropout_keep_mask_refuses_a_bad_probability():
-    with pytest.raises(ValueError, match="p must be a probability"):
-        sp.dropout_keep_mask((2,), p=1.0, generator=torch.Generator())
+    with pytest.raises(ValueError, match="p_drop must be a probability"):
+        sp.dropout_keep_mask((2,), p_drop=1.0, generator=torch.Generator())
 
 
 # --- the layer -----------------------------------------------------------------------------------
@@ -139,7 +142,7 @@ def _layer_worker(sequence_parallel: bool, groups: list[list[int]] | None = None
         group = next(m for m, g in zip(made, groups, strict=True) if rank in g)
     r, t = dist.get_rank(group), dist.get_world_size(group)
     torch.manual_seed(5)
-    block = DropoutBlock(H, HEADS, p=P)
+    block = DropoutBlock(H, HEADS, p_drop=P)
     x, up = torch.randn(B, S, H), torch.randn(B, S, H)
     xr = x.clone().requires_grad_()
     (block(xr, torch.Generator().manual_seed(9)) * up).sum().backward()
@@ -242,6 +245,20 @@ def test_gpt3_layer_by_hand():
     assert activations.activation_bytes_per_layer(1, 2048, 12288, 96, 8, sp=True) == 114 * sbh / 8
 
 
+
+def test_recomputed_scores_leave_34_sbh():
+    """keep_scores=False drops the 5as/h terms: 34 sbh, sbh (10 + 24/t) and 34 sbh / t, i.e.
+    13 sbh and 4.25 sbh at t = 8 (module 03's quick question)."""
+    b, s, h, a = 1, 2048, 12288, 96
+    sbh = s * b * h
+    assert activations.activation_bytes_per_layer(b, s, h, a, keep_scores=False) == 34 * sbh
+    assert activations.activation_bytes_per_layer(b, s, h, a, 8, keep_scores=False) == 13 * sbh
+    assert activations.activation_bytes_per_layer(b, s, h, a, 8, sp=True,
+                                                  keep_scores=False) == 4.25 * sbh
+    parts = activations.activation_breakdown(b, s, h, a, 8, keep_scores=False)
+    assert parts["attention scores (softmax, mask, dropout)"] == 0
+
+
 def test_formulas_refuse_bad_sizes():
     with pytest.raises(ValueError, match="t must be a whole number >= 1"):
         activations.activation_bytes_per_layer(1, 2, 2, 1, 0)
@@ -265,7 +282,7 @@ def test_meter_counts_each_storage_once_and_skips_excluded():
 def _region_worker(sequence_parallel: bool) -> dict:
     rank, t = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    block = DropoutBlock(H, HEADS, p=P)
+    block = DropoutBlock(H, HEADS, p_drop=P)
     x = torch.randn(B, S, H)
     layer = SPBlock.from_block(block, sequence_parallel=sequence_parallel)
     xin = (_mine(x, rank, t) if sequence_parallel else x).clone().requires_grad_()

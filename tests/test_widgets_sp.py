@@ -69,3 +69,31 @@ def test_plots_are_labelled():
     texts = {t.get_text() for t in layout.axes[0].texts}
     assert {"TP", "TP + SP", "all-gather", "reduce-scatter", "g (all-reduce)"} <= texts
     assert "t = 4" in layout.axes[0].get_title()
+
+
+def test_activation_table_of_the_gpt3_layer():
+    text = widgets_sp.activation_table(1, 2048, 12288, 96, 8)
+    per_layer = next(ln for ln in text.splitlines() if ln.startswith("| **per layer**"))
+    assert per_layer == "| **per layer** | **2,736 MiB** | **552 MiB** | **342 MiB** |"
+    ln_row = next(ln for ln in text.splitlines() if ln.startswith("| LayerNorm inputs"))
+    assert ln_row == f"| LayerNorm inputs | {4 * 24:,} MiB | 96 MiB | 12 MiB |"  # 4 sbh = 96 MiB
+    assert "240 MiB of the 552 MiB per layer (43%)" in text  # 10 sbh of 23 sbh
+
+
+def test_bytes_table_puts_the_measurement_beside_the_closed_forms():
+    measured = {"b": 2, "s": 12, "h": 48, "t": 2, "sp": {"all_gather": 100, "reduce_scatter": 200},
+                "tp": 300}
+    text = widgets_sp.sp_bytes_table(measured, 1, 8192, 8192, 8)
+    rows = text.splitlines()
+    assert "| TP + SP, all-gathers | 100 B | 448 MiB |" in rows  # 4 * 7/8 * 128 MiB
+    assert "| **TP + SP, in all** | **300 B** | **896 MiB** |" in rows
+    assert "| **plain TP, all-reduces** | **300 B** | **896 MiB** |" in rows
+
+
+def test_layer_memory_table_ratios_and_totals():
+    text = widgets_sp.layer_memory_table({"LayerNorm": 800, "MLP": 300}, {"LayerNorm": 400,
+                                          "MLP": 300}, yours=700, sizes="float32")
+    rows = text.splitlines()
+    assert "| LayerNorm | 800 B | 400 B | 2 |" in rows and "| MLP | 300 B | 300 B | 1 |" in rows
+    assert "| **whole layer** | **1,100 B** | **700 B** | 1.57 |" in rows
+    assert "**700 B**" in text.split("\n\n")[1] and "(the reference TP + SP layer: 700 B)" in text

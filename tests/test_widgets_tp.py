@@ -1,6 +1,6 @@
 """parlab.widgets.tp without a browser: hand-derived numbers, controls that recompute, plots.
 
-Hand derivations for seed 003's practice problem (b = 1, s = h = 8192, t = 8, bf16):
+Hand derivations for the course's practice problem 2 (b = 1, s = h = 8192, t = 8, bf16):
 bsh = 2^26 elements = 2^27 B = 128 MiB; per layer 4 * 2 * 7/8 * 2^27 B = 7 * 2^27 B = 896 MiB,
 so 7 * 2^27 / 900e9 s over NVLink and 7 * 2^27 / 50e9 s over a 400G NIC. Compute per layer:
 3 (24 + 4) 8192^3 FLOPs = 84 * 2^39, over t = 8 ranks at 1e15 FLOP/s.
@@ -53,11 +53,12 @@ def test_explorer_defaults_and_preset():
     assert isinstance(w, ipw.VBox) and isinstance(w.figure, Figure)
     assert w.summary["t"] == 8 and w.summary["gbps"] == 900
     assert "896 MiB" in w.html.value and "1.04 ms" in w.html.value
-    assert "5.77 ms" in w.html.value and "18% of compute" in w.html.value
+    assert "5.77 ms" in w.html.value and "0.18x as long as compute" in w.html.value
+    assert "exposed <b>15%</b>" in w.html.value  # 1.04 / (1.04 + 5.77)
     w.preset.value = NIC
     assert w.controls["gbps"].value == 50
     assert w.summary["comm"] == pytest.approx(PER_LAYER / 50e9)
-    assert "18.8 ms" in w.html.value and "longer than compute" in w.html.value
+    assert "18.8 ms" in w.html.value and "the link, not the GPU" in w.html.value
 
 
 def test_sliders_recompute():
@@ -83,3 +84,24 @@ def test_plots_are_labelled():
     diagram = widgets_tp.plot_mlp_sharding(4)
     texts = {t.get_text() for t in diagram.axes[0].texts}
     assert {"A1", "A4", "B1", "B4"} <= texts and "t = 4" in diagram.axes[0].get_title()
+
+
+def test_cost_table_of_the_practice_problem():
+    text = widgets_tp.tp_cost_table(1, 8192, 8192, 8)
+    assert "| 128 MiB (134,217,728 B) |" in text  # 2^26 elements x 2 B
+    assert "| 224 MiB |" in text  # 2 * 7/8 * 128 MiB
+    assert "| 896 MiB |" in text and "| 5.77 ms |" in text
+    comm = PER_LAYER / 450e9  # per direction: 2.09 ms, exposed share comm / (comm + compute)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| NVLink 450"))
+    assert "2.09 ms" in row and f"{comm / COMPUTE:.2f}" in row
+    assert f"{comm / (comm + COMPUTE):.0%}" == "27%" and "| 27% |" in row
+    nic = next(ln for ln in text.splitlines() if ln.startswith("| 400G NIC"))
+    assert "18.8 ms" in nic and f"{PER_LAYER / 50e9 / COMPUTE:.2f}" in nic and "76%" in nic
+
+
+def test_layer_flops_is_the_gemm_count_plus_attention():
+    b, s, h = 2, 6, 10  # 2mkn per GEMM; forward: QKV, proj, fc1, fc2, QK^T, AV; backward 2x
+    forward = (2 * b * s * h * 3 * h + 2 * b * s * h * h + 2 * b * s * h * 4 * h
+               + 2 * b * s * 4 * h * h + 2 * b * s * s * h + 2 * b * s * s * h)
+    assert widgets_tp.layer_flops(b, s, h) == 3 * forward
+    assert 3 * 24 * b * s * h * h == 72 * b * s * h * h  # module 00's 72BSH^2 is the GEMM part

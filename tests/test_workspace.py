@@ -1,7 +1,7 @@
 """A learner's work in progress survives a new release (parlab.grading.workspace, make update).
 
-The file tests/data/previous_release_02_tensor_parallel.ipynb is module 02's notebook as released before the
-library was restructured (its imports and text differ from today's). A learner's copy is made
+tests/data/previous_release_02_tensor_parallel.ipynb is module 02's notebook as released before
+the library was restructured (its imports and text differ from today's). A learner's copy is made
 from it with every answer cell filled (the current solutions, by grade id) and one cell of
 their own. Then `stale` must name the module, and `update` must give the current release with
 those answers in its answer cells, its own text and tests everywhere else, the learner's cell

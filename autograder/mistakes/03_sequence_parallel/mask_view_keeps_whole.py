@@ -15,8 +15,8 @@ CAUGHT_BY = {
 }
 
 
-def sp_dropout(x, p, generator):
+def sp_dropout(x, p_drop, generator):
     rank, t = dist.get_rank(), dist.get_world_size()
     B, n, C = x.shape
-    keep = torch.rand((B, n * t, C), generator=generator) >= p
-    return x * keep[:, rank * n:(rank + 1) * n] / (1 - p)  # wrong: a view of the whole mask
+    keep = torch.rand((B, n * t, C), generator=generator) >= p_drop
+    return x * keep[:, rank * n:(rank + 1) * n] / (1 - p_drop)  # wrong: a view of it all

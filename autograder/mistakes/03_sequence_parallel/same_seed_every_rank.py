@@ -12,10 +12,10 @@ import torch
 
 CAUGHT_BY = {
     "check_sp_dropout": "every rank drew the same (B, T/t, C) mask from the same seed",
-    "check_sp_block": "the dropout masks differ from the single device's",
+    "check_sp_block": "your dropout differs from the single device's",
 }
 
 
-def sp_dropout(x, p, generator):
-    keep = torch.rand(x.shape, generator=generator) >= p  # wrong: the shard's shape
-    return x * keep / (1 - p)
+def sp_dropout(x, p_drop, generator):
+    keep = torch.rand(x.shape, generator=generator) >= p_drop  # wrong: the shard's shape
+    return x * keep / (1 - p_drop)

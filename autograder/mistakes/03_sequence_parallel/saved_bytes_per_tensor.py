@@ -17,12 +17,12 @@ def saved_bytes(fn, *args, exclude=()):
     skip = {p.untyped_storage().data_ptr() for p in exclude}
     total = 0
 
-    def pack(t):
+    def pack(tensor):
         nonlocal total
-        if t.untyped_storage().data_ptr() not in skip:
-            total += t.numel() * t.element_size()  # wrong: per tensor, not per storage
-        return t
+        if tensor.untyped_storage().data_ptr() not in skip:
+            total += tensor.numel() * tensor.element_size()  # wrong: per tensor, not storage
+        return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         fn(*args)
     return total

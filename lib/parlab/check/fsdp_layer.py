@@ -16,14 +16,22 @@ again in backward, reduce-scatter of the gradient).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from parlab.check import CHECK_TIMEOUT_S, fail, refuse_in_rank
-from parlab.check.sp_common import _call, _close, _cpu, _env, _reject_reference, _run
+from parlab.check import CHECK_TIMEOUT_S, fail, refuse_in_rank, run_checked
+from parlab.check import call_learner as _call
+from parlab.check.sp.common import HANG
+from parlab.check.sp.common import reject_reference as _reject_reference
+from parlab.check.tp.common import cpu as _cpu
+from parlab.check.tp.common import env as _env
+from parlab.check.tp.compare import close as _close
+
+_run = functools.partial(run_checked, hang_hint=HANG)
 
 IN, OUT, N, LR, SEED = 8, 8, 3, 0.1, 1234
 P = OUT * IN + OUT

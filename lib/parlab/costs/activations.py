@@ -56,26 +56,31 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
-def activation_breakdown(b: int, s: int, h: int, a: int, t: int = 1, *,
-                         sp: bool = False) -> dict[str, float]:
+def activation_breakdown(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool = False,
+                         keep_scores: bool = True) -> dict[str, float]:
     """Bytes per layer and rank, region by region (`REGIONS`), fp16 activations.
 
     TP (t > 1) divides the regions it splits by t and leaves the others whole; sp=True divides
-    every region by t."""
+    every region by t. keep_scores=False counts the attention scores as 0: they are recomputed
+    in backward (FlashAttention, Megatron's selective recomputation) instead of kept."""
     b, s, h, a, t = (_positive(n, v) for n, v in (("b", b), ("s", s), ("h", h), ("a", a),
                                                      ("t", t)))
     out = {}
     for name, (coef, split_by_tp) in REGIONS.items():
-        full = 5 * a * s * s * b if coef == "scores" else float(coef) * s * b * h
+        if coef == "scores":
+            full = 5.0 * a * s * s * b if keep_scores else 0.0
+        else:
+            full = float(coef) * s * b * h
         out[name] = full / t if (split_by_tp or sp) else float(full)
     return out
 
 
 def activation_bytes_per_layer(b: int, s: int, h: int, a: int, t: int = 1, *,
-                               sp: bool = False) -> float:
+                               sp: bool = False, keep_scores: bool = True) -> float:
     r"""$sbh(34 + 5as/h)$ for t = 1, $sbh(10 + 24/t + 5as/(ht))$ with TP, $\frac{sbh}{t}(34 +
-    5as/h)$ with TP + SP (bytes, fp16 activations; Korthikanti et al. 2022, table 2)."""
-    return sum(activation_breakdown(b, s, h, a, t, sp=sp).values())
+    5as/h)$ with TP + SP (bytes, fp16 activations; Korthikanti et al. 2022, table 2). With
+    keep_scores=False the $5as/h$ terms drop: $34sbh$, $sbh(10 + 24/t)$, $34sbh/t$."""
+    return sum(activation_breakdown(b, s, h, a, t, sp=sp, keep_scores=keep_scores).values())
 
 
 # --- measuring saved tensors ---------------------------------------------------------------------
@@ -118,7 +123,7 @@ class SavedTensorMeter:
         return tensor
 
     def __enter__(self) -> SavedTensorMeter:
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
         self._hooks.__enter__()
         return self
 

@@ -19,9 +19,9 @@ after the MLP) and 2 backward (f before each): $16\frac{t-1}{t}bsh$ bytes in bf1
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from parlab.model.transformer import Attention, Block, attention_heads
@@ -67,7 +67,8 @@ class TPAttention(nn.Module):
         self.qkv, self.proj, self.n_heads, self.causal = qkv, proj, n_heads, causal
 
     @classmethod
-    def from_attention(cls, attn: Attention, *, group: Any = None) -> TPAttention:
+    def from_attention(cls, attn: Attention, *,
+                       group: dist.ProcessGroup | None = None) -> TPAttention:
         """This rank's heads of a single-device `Attention`."""
         _, t = tp_rank_and_size(group)
         C = attn.qkv.in_features
@@ -93,7 +94,7 @@ class TPBlock(nn.Module):
         self.ln1, self.attn, self.ln2, self.mlp = ln1, attn, ln2, mlp
 
     @classmethod
-    def from_block(cls, block: Block, *, group: Any = None) -> TPBlock:
+    def from_block(cls, block: Block, *, group: dist.ProcessGroup | None = None) -> TPBlock:
         return cls(copy.deepcopy(block.ln1), TPAttention.from_attention(block.attn, group=group),
                    copy.deepcopy(block.ln2), TPMLP.from_mlp(block.mlp, group=group))
 

@@ -28,8 +28,8 @@ after the sum. What autograd saves is labelled with `parlab.costs.region`: "Laye
 from __future__ import annotations
 
 import copy
-from typing import Any
 
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Generator, Tensor, nn
 
@@ -56,17 +56,19 @@ __all__ = ["DropoutBlock", "SPBlock"]
 
 
 class DropoutBlock(Block):
-    """Single-device reference: a pre-LayerNorm layer with hidden dropout of probability p."""
+    """Single-device reference: a pre-LayerNorm layer with hidden dropout, each element
+    dropped with probability `p_drop`."""
 
-    def __init__(self, hidden: int, n_heads: int, *, p: float = 0.1, causal: bool = True):
+    def __init__(self, hidden: int, n_heads: int, *, p_drop: float = 0.1,
+                 causal: bool = True) -> None:
         super().__init__(hidden, n_heads, causal=causal)
-        self.p = p
+        self.p_drop = p_drop
 
     def _drop(self, x: Tensor, generator: Generator | None) -> Tensor:
         if generator is None:
             return x
         with region("dropout"):
-            return hidden_dropout(x, p=self.p, generator=generator)
+            return hidden_dropout(x, p_drop=self.p_drop, generator=generator)
 
     def forward(self, x: Tensor, generator: Generator | None = None) -> Tensor:  # (B, T, C)
         with region("LayerNorm"):
@@ -83,14 +85,15 @@ class SPBlock(nn.Module):
     Parameters, flat: ln1, ln2 (whole), qkv (3C/t, C) rows [Q_r; K_r; V_r], proj (C, C/t) with
     its whole bias, fc1 (4C/t, C), fc2 (C, 4C/t) with its whole bias."""
 
-    def __init__(self, block: DropoutBlock, *, group: Any = None, sequence_parallel: bool = True):
+    def __init__(self, block: DropoutBlock, *, group: dist.ProcessGroup | None = None,
+                 sequence_parallel: bool = True) -> None:
         super().__init__()
         _, t = tp_rank_and_size(group)
         attn = block.attn
         self.local_heads = divisible(attn.n_heads, t, "n_heads",
                                      "use a number of heads that t divides")
         self.group, self.sequence_parallel = group, sequence_parallel
-        self.causal, self.p = attn.causal, getattr(block, "p", 0.0)
+        self.causal, self.p_drop = attn.causal, getattr(block, "p_drop", 0.0)
         self.ln1, self.ln2 = copy.deepcopy(block.ln1), copy.deepcopy(block.ln2)
         self.qkv = column_shard(heads_first_qkv(attn.qkv, t), group=group)
         self.proj = row_shard(attn.proj, group=group)
@@ -98,7 +101,7 @@ class SPBlock(nn.Module):
         self.fc2 = row_shard(block.mlp.fc2, group=group)
 
     @classmethod
-    def from_block(cls, block: DropoutBlock, *, group: Any = None,
+    def from_block(cls, block: DropoutBlock, *, group: dist.ProcessGroup | None = None,
                    sequence_parallel: bool = True) -> SPBlock:
         return cls(block, group=group, sequence_parallel=sequence_parallel)
 
@@ -119,9 +122,9 @@ class SPBlock(nn.Module):
             return x
         with region("dropout"):
             if self.sequence_parallel:
-                return sequence_parallel_dropout(x, p=self.p, generator=generator,
-                                                    group=self.group)
-            return hidden_dropout(x, p=self.p, generator=generator)
+                return sequence_parallel_dropout(x, p_drop=self.p_drop, generator=generator,
+                                                 group=self.group)
+            return hidden_dropout(x, p_drop=self.p_drop, generator=generator)
 
     def _attention(self, h: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C) partial sums
         with region("QKV and fc1 inputs"):

@@ -19,9 +19,9 @@ forward (g) and one backward (f); f and g are in `parlab.tp.mappings`. Every lay
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -55,7 +55,7 @@ class ColumnParallelLinear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True,
-                 gather_output: bool = False, group: Any = None,
+                 gather_output: bool = False, group: dist.ProcessGroup | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.rank, self.t = tp_rank_and_size(group)
@@ -63,13 +63,13 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         n = divisible(out_features, self.t, "out_features",
                       "pick a layer width (or a t) so that t divides it")
-        kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(n, in_features, **kw))  # (out/t, in)
-        self.bias = nn.Parameter(torch.empty(n, **kw)) if bias else None  # (out/t,)
+        self.weight = nn.Parameter(torch.empty(n, in_features, device=device, dtype=dtype))
+        self.bias = (nn.Parameter(torch.empty(n, device=device, dtype=dtype)) if bias
+                     else None)  # weight (out/t, in), bias (out/t,)
         _init_like_linear(self.weight, self.bias, in_features)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, group: Any = None,
+    def from_linear(cls, linear: nn.Linear, *, group: dist.ProcessGroup | None = None,
                     gather_output: bool = False) -> ColumnParallelLinear:
         """This rank's shard of `linear`: a block of rows of its weight (and of its bias)."""
         w = linear.weight
@@ -103,7 +103,7 @@ class RowParallelLinear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True,
-                 input_is_parallel: bool = True, group: Any = None,
+                 input_is_parallel: bool = True, group: dist.ProcessGroup | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.rank, self.t = tp_rank_and_size(group)
@@ -111,13 +111,13 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         n = divisible(in_features, self.t, "in_features",
                       "pick a layer width (or a t) so that t divides it")
-        kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(out_features, n, **kw))  # (out, in/t)
-        self.bias = nn.Parameter(torch.empty(out_features, **kw)) if bias else None  # (out,)
+        self.weight = nn.Parameter(torch.empty(out_features, n, device=device, dtype=dtype))
+        self.bias = (nn.Parameter(torch.empty(out_features, device=device, dtype=dtype)) if bias
+                     else None)  # weight (out, in/t), bias (out,)
         _init_like_linear(self.weight, self.bias, in_features)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, group: Any = None,
+    def from_linear(cls, linear: nn.Linear, *, group: dist.ProcessGroup | None = None,
                     input_is_parallel: bool = True) -> RowParallelLinear:
         """This rank's shard of `linear`: a block of columns of its weight, the whole bias."""
         w = linear.weight
@@ -155,7 +155,7 @@ class TPMLP(nn.Module):
         self.fc1, self.fc2 = fc1, fc2
 
     @classmethod
-    def from_mlp(cls, mlp: MLP, *, group: Any = None) -> TPMLP:
+    def from_mlp(cls, mlp: MLP, *, group: dist.ProcessGroup | None = None) -> TPMLP:
         """This rank's shard of a single-device MLP (any module with Linear fc1 and fc2)."""
         return cls(ColumnParallelLinear.from_linear(mlp.fc1, group=group),
                    RowParallelLinear.from_linear(mlp.fc2, group=group))

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-def tp_rank_and_size(group: Any = None) -> tuple[int, int]:
+def tp_rank_and_size(group: dist.ProcessGroup | None = None) -> tuple[int, int]:
     """(this rank's index in `group`, the group's size t); (0, 1) without torch.distributed."""
     if not dist.is_available() or not dist.is_initialized():
         return 0, 1
@@ -54,14 +54,14 @@ def divisible(n: int, t: int, what: str, fix: str) -> int:
     return n // t
 
 
-def _all_reduce(x: Tensor, group: Any) -> Tensor:
+def _all_reduce(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     out = x.clone(memory_format=torch.contiguous_format)  # never overwrite the caller's tensor
     if tp_rank_and_size(group)[1] > 1:
         dist.all_reduce(out, group=group)
     return out
 
 
-def _all_gather_last(x: Tensor, group: Any) -> Tensor:
+def _all_gather_last(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     _, t = tp_rank_and_size(group)
     if t == 1:
         return x
@@ -70,7 +70,7 @@ def _all_gather_last(x: Tensor, group: Any) -> Tensor:
     return torch.cat(parts, dim=-1)  # (..., t * n)
 
 
-def _own_chunk_last(x: Tensor, group: Any) -> Tensor:
+def _own_chunk_last(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     rank, t = tp_rank_and_size(group)
     n = divisible(x.shape[-1], t, "the last dimension", "pick sizes that t divides")
     return x[..., rank * n:(rank + 1) * n].contiguous()  # (..., n / t)
@@ -83,7 +83,7 @@ class _CopyToTPRegion(torch.autograd.Function):
     own term to dL/dX, so the true gradient is their sum."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return x
 
@@ -99,7 +99,7 @@ class _ReduceFromTPRegion(torch.autograd.Function):
     already holds the whole upstream gradient and passes it through unchanged."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         return _all_reduce(x, group)
 
     @staticmethod
@@ -111,7 +111,7 @@ class _GatherFromTPRegion(torch.autograd.Function):
     """forward: all-gather along the last dim; backward: keep this rank's slice."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return _all_gather_last(x, group)
 
@@ -124,7 +124,7 @@ class _ScatterToTPRegion(torch.autograd.Function):
     """forward: keep this rank's slice of the last dim; backward: all-gather."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return _own_chunk_last(x, group)
 
@@ -133,22 +133,22 @@ class _ScatterToTPRegion(torch.autograd.Function):
         return _all_gather_last(grad, ctx.group), None
 
 
-def copy_to_tp_region(x: Tensor, *, group: Any = None) -> Tensor:
+def copy_to_tp_region(x: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
     """f — forward: identity; backward: all-reduce the gradient over `group`."""
     return _CopyToTPRegion.apply(x, group)
 
 
-def reduce_from_tp_region(x: Tensor, *, group: Any = None) -> Tensor:
+def reduce_from_tp_region(x: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
     """g — forward: all-reduce (sum) over `group`; backward: identity."""
     return _ReduceFromTPRegion.apply(x, group)
 
 
-def gather_from_tp_region(x: Tensor, *, group: Any = None) -> Tensor:
+def gather_from_tp_region(x: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
     """forward: all-gather the last dim, (..., n) -> (..., t*n); backward: own slice."""
     return _GatherFromTPRegion.apply(x, group)
 
 
-def scatter_to_tp_region(x: Tensor, *, group: Any = None) -> Tensor:
+def scatter_to_tp_region(x: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
     """forward: own slice of the last dim, (..., n) -> (..., n/t); backward: all-gather."""
     return _ScatterToTPRegion.apply(x, group)
 
@@ -160,7 +160,7 @@ def _rows(n: int, t: int) -> int:
     return divisible(n, t, "the sequence length", "pick a sequence length that t divides")
 
 
-def _gather(x: Tensor, group: Any) -> Tensor:
+def _gather(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     """(B, T/t, C) -> (B, T, C): the ranks' shards side by side along the sequence."""
     _, t = tp_rank_and_size(group)
     if t == 1:
@@ -171,7 +171,7 @@ def _gather(x: Tensor, group: Any) -> Tensor:
     return torch.cat(parts, dim=SEQ_DIM)
 
 
-def _reduce_scatter(x: Tensor, group: Any) -> Tensor:
+def _reduce_scatter(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     """(B, T, C) -> (B, T/t, C): the sum over ranks of this rank's rows."""
     _, t = tp_rank_and_size(group)
     if t == 1:
@@ -183,7 +183,7 @@ def _reduce_scatter(x: Tensor, group: Any) -> Tensor:
     return out
 
 
-def _split(x: Tensor, group: Any) -> Tensor:
+def _split(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     """(B, T, C) -> (B, T/t, C): this rank's rows, no communication."""
     rank, t = tp_rank_and_size(group)
     n = _rows(x.shape[SEQ_DIM], t)
@@ -200,7 +200,8 @@ class _GatherFromSequenceParallelRegion(torch.autograd.Function):
     keeps its rows."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any, tensor_parallel_output_grad: bool) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None,
+                tensor_parallel_output_grad: bool) -> Tensor:
         ctx.group, ctx.reduce = group, tensor_parallel_output_grad
         return _gather(x, group)
 
@@ -218,7 +219,7 @@ class _ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
     partial sum needs the gradient of all T tokens: an all-gather."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return _reduce_scatter(x, group)
 
@@ -231,7 +232,7 @@ class _ScatterToSequenceParallelRegion(torch.autograd.Function):
     """forward: keep this rank's rows of a replicated tensor; backward: all-gather."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, group: Any) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return _split(x, group)
 
@@ -240,18 +241,20 @@ class _ScatterToSequenceParallelRegion(torch.autograd.Function):
         return _gather(grad, ctx.group), None
 
 
-def gather_from_sequence_parallel_region(x: Tensor, *, group: Any = None,
+def gather_from_sequence_parallel_region(x: Tensor, *, group: dist.ProcessGroup | None = None,
                                          tensor_parallel_output_grad: bool = True) -> Tensor:
     """forward: all-gather, (B, T/t, C) -> (B, T, C); backward: reduce-scatter (own rows when
     tensor_parallel_output_grad=False)."""
     return _GatherFromSequenceParallelRegion.apply(x, group, tensor_parallel_output_grad)
 
 
-def reduce_scatter_to_sequence_parallel_region(x: Tensor, *, group: Any = None) -> Tensor:
+def reduce_scatter_to_sequence_parallel_region(x: Tensor, *,
+                                               group: dist.ProcessGroup | None = None) -> Tensor:
     """forward: reduce-scatter, (B, T, C) -> (B, T/t, C); backward: all-gather."""
     return _ReduceScatterToSequenceParallelRegion.apply(x, group)
 
 
-def scatter_to_sequence_parallel_region(x: Tensor, *, group: Any = None) -> Tensor:
+def scatter_to_sequence_parallel_region(x: Tensor, *,
+                                        group: dist.ProcessGroup | None = None) -> Tensor:
     """forward: own rows, (B, T, C) -> (B, T/t, C); backward: all-gather."""
     return _ScatterToSequenceParallelRegion.apply(x, group)

@@ -14,9 +14,10 @@ need no communication; what changes is how a block is entered and left:
 
 A ring all-reduce IS a reduce-scatter then an all-gather: each sends $\frac{t-1}{t}n$ bytes,
 the all-reduce $2\frac{t-1}{t}n$. Replacing f (identity / all-reduce) and g (all-reduce /
-identity) by the pair above moves the same bytes, per layer $8\frac{t-1}{t}bsh\,d$ against
-TP's $4\cdot 2\frac{t-1}{t}bsh\,d$ (`sp_bytes_per_layer`); between the reduce-scatter and the
-next all-gather each rank holds only $1/t$ of the activation.
+identity) by the pair above moves the same bytes, per layer $8\frac{t-1}{t}bsh\,e$ against
+TP's $4\cdot 2\frac{t-1}{t}bsh\,e$ with $e$ bytes per element (`sp_bytes_per_layer`);
+between the reduce-scatter and the next all-gather each rank holds only $1/t$ of the
+activation.
 
 Two more things follow from the split:
 - a parameter every rank holds whole but applies to its own tokens only (LayerNorm weight and
@@ -36,12 +37,12 @@ torch.distributed every operator is the identity (t = 1). Collectives are called
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from parlab import costs
 from parlab.tp.mappings import SEQ_DIM, divisible, tp_rank_and_size
 
 __all__ = [
@@ -56,47 +57,48 @@ def _rows(n: int, t: int) -> int:
 
 # --- dropout on sequence shards -------------------------------------------------------------
 
-def dropout_keep_mask(shape: tuple[int, ...], *, p: float, generator: torch.Generator,
+def dropout_keep_mask(shape: tuple[int, ...], *, p_drop: float, generator: torch.Generator,
                       device: torch.device | str | None = None) -> Tensor:
-    """Bool mask, True = keep: `torch.rand(shape, generator=generator) >= p` (drawn on the CPU
-    generator, then moved to `device`). Each call advances the generator by prod(shape)."""
-    if not 0 <= p < 1:
-        raise ValueError(f"p must be a probability in [0, 1), got {p!r}")
-    return (torch.rand(shape, generator=generator) >= p).to(device)
+    """Bool mask, True = keep: `torch.rand(shape, generator=generator) >= p_drop` (drawn on
+    the CPU generator, then moved to `device`). Each call advances the generator by
+    prod(shape). `p_drop` is the probability that an element is dropped."""
+    if not 0 <= p_drop < 1:
+        raise ValueError(f"p_drop must be a probability in [0, 1), got {p_drop!r}")
+    return (torch.rand(shape, generator=generator) >= p_drop).to(device)
 
 
-def hidden_dropout(x: Tensor, *, p: float, generator: torch.Generator) -> Tensor:
-    """Single-device dropout of a whole (B, T, C) activation: x * keep / (1 - p)."""
-    return x * dropout_keep_mask(tuple(x.shape), p=p, generator=generator,
-                                 device=x.device) / (1 - p)
+def hidden_dropout(x: Tensor, *, p_drop: float, generator: torch.Generator) -> Tensor:
+    """Single-device dropout of a whole (B, T, C) activation: x * keep / (1 - p_drop)."""
+    return x * dropout_keep_mask(tuple(x.shape), p_drop=p_drop, generator=generator,
+                                 device=x.device) / (1 - p_drop)
 
 
-def _shard_keep_mask(shape: tuple[int, ...], p: float, generator: torch.Generator,
-                     group: Any, device: torch.device) -> Tensor:
+def _shard_keep_mask(shape: tuple[int, ...], p_drop: float, generator: torch.Generator,
+                     group: dist.ProcessGroup | None, device: torch.device) -> Tensor:
     """This rank's rows of the whole (B, T, C) mask: (B, T/t, C), bool."""
     rank, t = tp_rank_and_size(group)
     n = shape[SEQ_DIM]
     full = list(shape)
     full[SEQ_DIM] = n * t
-    mask = dropout_keep_mask(tuple(full), p=p, generator=generator)  # (B, T, C)
+    mask = dropout_keep_mask(tuple(full), p_drop=p_drop, generator=generator)  # (B, T, C)
     # clone: a narrowed view would keep the whole (B, T, C) mask alive until backward
     return mask.narrow(SEQ_DIM, rank * n, n).clone().to(device)  # (B, T/t, C)
 
 
-def sequence_parallel_dropout(x: Tensor, *, p: float, generator: torch.Generator,
-                              group: Any = None) -> Tensor:
+def sequence_parallel_dropout(x: Tensor, *, p_drop: float, generator: torch.Generator,
+                              group: dist.ProcessGroup | None = None) -> Tensor:
     """Dropout of this rank's (B, T/t, C) shard with the single-device mask of its tokens.
 
     Every rank seeds `generator` the same way and draws the mask of the whole (B, T, C)
     activation, so the masks are the single device's, whatever t is; the cost is t times the
     random numbers a shard needs (a counter-based generator, Philox on GPUs, could jump to the
     rank's offset instead)."""
-    return x * _shard_keep_mask(tuple(x.shape), p, generator, group, x.device) / (1 - p)
+    return x * _shard_keep_mask(tuple(x.shape), p_drop, generator, group, x.device) / (1 - p_drop)
 
 
 # --- gradients of replicated parameters -----------------------------------------------------
 
-def _allreduce_grads(grads: list[Tensor], group: Any) -> None:
+def _allreduce_grads(grads: list[Tensor], group: dist.ProcessGroup | None) -> None:
     flat = torch.cat([g.reshape(-1) for g in grads])  # one collective for all of them
     dist.all_reduce(flat, group=group)
     for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
@@ -104,7 +106,7 @@ def _allreduce_grads(grads: list[Tensor], group: Any) -> None:
 
 
 def allreduce_sequence_parallel_grads(params: Iterable[nn.Parameter], *,
-                                      group: Any = None) -> None:
+                                      group: dist.ProcessGroup | None = None) -> None:
     """Sum over the group the gradients of parameters that every rank holds whole but used on
     its own tokens only (LayerNorms, biases added after a reduce-scatter). Call after backward,
     once per step, like Megatron's finalize_model_grads. One all-reduce of all of them."""
@@ -115,7 +117,7 @@ def allreduce_sequence_parallel_grads(params: Iterable[nn.Parameter], *,
 
 # --- tensor-parallel shards as plain nn.Linear ------------------------------------------------
 
-def column_shard(linear: nn.Linear, *, group: Any = None) -> nn.Linear:
+def column_shard(linear: nn.Linear, *, group: dist.ProcessGroup | None = None) -> nn.Linear:
     """This rank's output features: weight rows r*n:(r+1)*n, (out/t, in); bias the same rows."""
     rank, t = tp_rank_and_size(group)
     n = divisible(linear.out_features, t, "out_features", "pick a width that t divides")
@@ -129,7 +131,7 @@ def column_shard(linear: nn.Linear, *, group: Any = None) -> nn.Linear:
     return out
 
 
-def row_shard(linear: nn.Linear, *, group: Any = None) -> nn.Linear:
+def row_shard(linear: nn.Linear, *, group: dist.ProcessGroup | None = None) -> nn.Linear:
     """This rank's input features: weight columns r*n:(r+1)*n, (out, in/t); the WHOLE bias,
     to be added once, after the partial products are summed (not by calling the layer)."""
     rank, t = tp_rank_and_size(group)
@@ -149,9 +151,8 @@ def sp_bytes_per_layer(b: int, s: int, h: int, t: int, dtype_bytes: int = 2) -> 
 
     Forward: an all-gather entering attention and the MLP, a reduce-scatter leaving each;
     backward: their conjugates. Each moves the $b\cdot s\cdot h$ activation, sending
-    $\frac{t-1}{t}bsh\,d$: 4 all-gathers and 4 reduce-scatters, $8\frac{t-1}{t}bsh\,d$ in all,
-    equal to `parlab.costs.tp_bytes_per_layer`."""
-    from parlab import costs
+    $\frac{t-1}{t}bsh\,e$ ($e$ = dtype_bytes): 4 all-gathers and 4 reduce-scatters,
+    $8\frac{t-1}{t}bsh\,e$ in all, equal to `parlab.costs.tp_bytes_per_layer`."""
 
     n = b * s * h * dtype_bytes
     return {"all_gather": 4 * costs.ring_allgather_bytes(n, t),

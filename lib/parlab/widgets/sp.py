@@ -15,6 +15,12 @@ Megatron's selective recomputation do.
 
 `plot_sp_layout(t)` draws what each rank holds of a (T, C) activation in each region of a
 layer under TP and under TP + SP.
+
+The notebook's tables, as Markdown text (`IPython.display.Markdown`):
+
+    activation_table(b, s, h, a, t)  -> by region: one device, TP, TP + SP (closed forms)
+    sp_bytes_table(measured, ...)    -> bytes per layer: measured by the check, and at scale
+    layer_memory_table(tp, sp, ...)  -> saved bytes by region, measured on a real layer
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from parlab import costs
 from parlab.costs.activations import REGIONS, activation_breakdown
+from parlab.tp.sequence import sp_bytes_per_layer
 from parlab.widgets.explorer import Explorer, Summary, log_slider
 
 T_VALUES = (1, 2, 4, 8, 16)
@@ -38,10 +46,13 @@ COLOURS = dict(zip(REGIONS, ("tab:orange", "tab:red", "tab:pink", "tab:blue", "t
 
 def _breakdown(b: int, s: int, h: int, a: int, t: int, *, sp: bool,
                recompute_scores: bool) -> dict[str, float]:
-    out = activation_breakdown(b, s, h, a, t, sp=sp)
-    if recompute_scores:
-        out[SCORES] = 0.0
-    return out
+    return activation_breakdown(b, s, h, a, t, sp=sp, keep_scores=not recompute_scores)
+
+
+def _figure_of(ax: Axes) -> Figure:
+    fig = ax.get_figure(root=True)
+    assert isinstance(fig, Figure), "an Axes drawn by these widgets belongs to a Figure"
+    return fig
 
 
 def activation_summary(b: int, s: int, h: int, a: int, t: int, *,
@@ -96,7 +107,7 @@ def plot_activations(summary: Summary, axes: tuple[Axes, Axes] | None = None) ->
         fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), layout="constrained",
                                  gridspec_kw={"width_ratios": [1.2, 1]})
     left, right = axes
-    fig = left.figure
+    fig = _figure_of(left)
     s, unit = summary, 2**20
     bottoms = [0.0] * len(s["settings"])
     for region in REGIONS:
@@ -155,7 +166,7 @@ def plot_sp_layout(t: int = 2, ax: Axes | None = None) -> Figure:
     if ax is None:
         fig, ax = plt.subplots(figsize=(10.0, 3.6), layout="constrained")
     else:
-        fig = ax.figure
+        fig = _figure_of(ax)
     stages = [("LayerNorm", "rows"), ("enter", None), ("attention\n(by heads)", "cols"),
               ("leave", None), ("dropout +\nresidual", "rows")]
     for row, (label, sp) in enumerate((("TP", False), ("TP + SP", True))):
@@ -187,3 +198,63 @@ def plot_sp_layout(t: int = 2, ax: Axes | None = None) -> Figure:
     ax.set_title(f"What rank 0 of t = {t} holds of a (T × C) activation\nblue: its own share; "
                  "grey: a copy every rank holds; white: not held")
     return fig
+
+
+# --- the notebook's tables --------------------------------------------------------------------
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.0f} MiB"
+
+
+def activation_table(b: int, s: int, h: int, a: int, t: int) -> str:
+    """Markdown: bytes per layer and rank, region by region, for one device, TP and TP + SP at
+    t (`activation_breakdown`), then the share of TP's total that TP leaves whole."""
+    settings = {"one device": (1, False), f"TP, t = {t}": (t, False),
+                f"TP + SP, t = {t}": (t, True)}
+    parts = {name: activation_breakdown(b, s, h, a, n, sp=sp)
+             for name, (n, sp) in settings.items()}
+    rows = ["| region | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]
+    rows += [f"| {region} | " + " | ".join(_mib(parts[n][region]) for n in settings) + " |"
+             for region in REGIONS]
+    totals = {n: sum(p.values()) for n, p in parts.items()}
+    rows.append("| **per layer** | " + " | ".join(f"**{_mib(v)}**" for v in totals.values())
+                + " |")
+    tp_name = f"TP, t = {t}"
+    whole = sum(parts[tp_name][r] for r in REPLICATED)
+    return ("\n".join(rows) + f"\n\nUnder TP, {_mib(whole)} of the {_mib(totals[tp_name])} "
+            f"per layer ({whole / totals[tp_name]:.0%}) are the regions every rank holds whole.")
+
+
+def sp_bytes_table(measured: Summary, b: int, s: int, h: int, t: int,
+                   dtype_bytes: int = 2) -> str:
+    """Markdown: the bytes per layer and rank the check measured (`check_sp_bytes`' summary:
+    "b", "s", "h", "t", "sp" by kind, "tp"), beside the closed forms at (b, s, h, t)."""
+    m = measured
+    big = sp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes)
+    big_tp = costs.tp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes)
+    head = (f"| per layer and rank, forward + backward | measured (b={m['b']}, s={m['s']}, "
+            f"h={m['h']}, t={m['t']}, float32) | b={b}, s={s:,}, h={h:,}, t={t}, "
+            f"{dtype_bytes} B per element |")
+    return "\n".join([
+        head, "|---|---|---|",
+        f"| TP + SP, all-gathers | {m['sp']['all_gather']:,.0f} B | {_mib(big['all_gather'])} |",
+        f"| TP + SP, reduce-scatters | {m['sp']['reduce_scatter']:,.0f} B "
+        f"| {_mib(big['reduce_scatter'])} |",
+        f"| **TP + SP, in all** | **{sum(m['sp'].values()):,.0f} B** "
+        f"| **{_mib(sum(big.values()))}** |",
+        f"| **plain TP, all-reduces** | **{m['tp']:,.0f} B** | **{_mib(big_tp)}** |",
+    ])
+
+
+def layer_memory_table(tp_mem: dict[str, int], sp_mem: dict[str, int], *, yours: int,
+                       sizes: str) -> str:
+    """Markdown: bytes saved for backward by region (SavedTensorMeter.by_region) under TP and
+    TP + SP, their ratio, and the learner's own count (`yours`) of their TP + SP layer."""
+    rows = [f"| region ({sizes}) | TP | TP + SP | TP / (TP + SP) |", "|---|---|---|---|"]
+    rows += [f"| {r} | {tp_mem[r]:,} B | {sp_mem.get(r, 0):,} B | "
+             + (f"{tp_mem[r] / sp_mem[r]:g} |" if sp_mem.get(r) else "- |") for r in tp_mem]
+    tp_total, sp_total = sum(tp_mem.values()), sum(sp_mem.values())
+    rows.append(f"| **whole layer** | **{tp_total:,} B** | **{sp_total:,} B** "
+                f"| {tp_total / sp_total:.2f} |")
+    return ("\n".join(rows) + f"\n\nYour `saved_bytes` on your `SPBlock`: **{yours:,} B** "
+            f"(the reference TP + SP layer: {sp_total:,} B).")

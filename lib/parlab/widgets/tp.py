@@ -12,10 +12,13 @@ Communication per layer and rank, forward + backward, is `parlab.costs.tp_bytes_
 `layer_flops(b, s, h) / t` over the device's FLOP/s, with
 $\text{layer\_flops} = 3\,(24bsh^2 + 4bs^2h)$: the forward's GEMMs (QKV and output projection
 8bsh², MLP 16bsh²) plus attention's two score GEMMs (4bs²h), and a backward of twice the
-forward. Both times assume perfect efficiency; the TP all-reduces sit between dependent GEMMs,
-so they are exposed unless overlapped.
+forward. Both times assume perfect efficiency. The TP all-reduces sit between dependent GEMMs,
+so unless an implementation overlaps them with compute (by splitting the GEMMs into chunks),
+they are exposed: the layer takes comm + compute, and comm / (comm + compute) of its time is
+spent waiting ("exposed_share"). comm / compute is a ratio, not a share.
 
-`plot_mlp_sharding(t)` draws the column -> row MLP split of the notebook's figure.
+`plot_mlp_sharding(t)` draws the column -> row MLP split of the notebook's figure;
+`tp_cost_table(b, s, h, t)` is the notebook's table of one layer's bytes and times (Markdown).
 """
 
 from __future__ import annotations
@@ -38,8 +41,20 @@ DTYPES = {"bf16 (2 B)": 2, "fp32 (4 B)": 4}
 
 
 def layer_flops(b: int, s: int, h: int) -> float:
-    """FLOPs of one transformer layer, forward + backward: 3 (24 b s h^2 + 4 b s^2 h)."""
+    """FLOPs of one transformer layer, forward + backward: 3 (24 b s h^2 + 4 b s^2 h).
+
+    A GEMM of an (m, k) by a (k, n) matrix costs 2mkn FLOPs. Forward, with m = bs tokens: QKV
+    (h -> 3h) 6bsh^2, the output projection 2bsh^2, the MLP (h -> 4h -> h) 16bsh^2, and the
+    two score GEMMs QK^T and (softmax)V 2bs^2h each; the backward computes the gradients of
+    both operands of every GEMM, twice the forward. 3 x 24 bsh^2 = 72 bsh^2 is the GEMMs'
+    share (module 00's 72BSH^2/t per rank); 12 bs^2h is attention's."""
     return 3.0 * (24 * b * s * h * h + 4 * b * s * s * h)
+
+
+def _figure_of(ax: Axes) -> Figure:
+    fig = ax.get_figure(root=True)
+    assert isinstance(fig, Figure), "an Axes drawn by these widgets belongs to a Figure"
+    return fig
 
 
 def _times(b: int, s: int, h: int, t: int, bandwidth: float, flops: float,
@@ -78,15 +93,16 @@ def _ms(seconds: float) -> str:
 
 def describe_tp_comm(summary: Summary) -> str:
     s = summary
-    verdict = ("communication is longer than compute: the link, not the GPU, sets the pace"
-               if s["ratio"] > 1 else
-               f"communication is {s['ratio']:.0%} of compute")
+    verdict = (f"communication takes {s['ratio']:.2f}x as long as compute: the link, not the "
+               "GPU, sets the pace" if s["ratio"] > 1 else
+               f"communication takes {s['ratio']:.2f}x as long as compute (a ratio)")
     return (f"t = {s['t']}, b = {s['b']}, s = {s['s']:,}, h = {s['h']:,}, "
             f"{s['dtype_bytes']} B per element: each rank sends "
             f"<b>{s['sent'] / 2**20:,.0f} MiB</b> per layer (forward + backward)<br>"
             f"over {s['gbps']:,.4g} GB/s: <b>{_ms(s['comm'])}</b> of communication against "
             f"<b>{_ms(s['compute'])}</b> of compute at {s['tflops']:,.4g} TFLOP/s; {verdict}; "
-            f"with no overlap {s['exposed_share']:.0%} of the layer's time is waiting")
+            f"not overlapped, communication is an exposed <b>{s['exposed_share']:.0%}</b> of "
+            "the layer's time (comm / (comm + compute))")
 
 
 def plot_tp_comm(summary: Summary, ax: Axes | None = None) -> Figure:
@@ -94,7 +110,7 @@ def plot_tp_comm(summary: Summary, ax: Axes | None = None) -> Figure:
     if ax is None:
         fig, ax = plt.subplots(figsize=(7.0, 4.2), layout="constrained")
     else:
-        fig = ax.figure
+        fig = _figure_of(ax)
     s, ts = summary, summary["ts"]
     ms = [1e3 * x for x in s["compute_s"]]
     ax.axvspan(ts[0] * 0.8, NVLINK_DOMAIN * 1.2, color="tab:green", alpha=0.08,
@@ -126,7 +142,7 @@ def tp_comm_explorer(b: int = 1, s: int = 8192, h: int = 8192, t: int = 8,
                      tflops: float = costs.H100_BF16_FLOPS / 1e12,
                      link: str = next(iter(LINK_PRESETS_GBPS)),
                      dtype: str = next(iter(DTYPES))) -> Explorer:
-    """Sliders b, s, h, t, TFLOP/s and GB/s, a link preset and a dtype; defaults: seed 003's
+    """Sliders b, s, h, t, TFLOP/s and GB/s, a link preset and a dtype; defaults: the course's
     practice problem 2 (b = 1, s = h = 8192, t = 8, bf16, NVLink 900 GB/s, 1 PFLOP/s).
 
     Controls (keys of `.controls`): "b", "s", "h", "t", "tflops", "gbps", "dtype_bytes";
@@ -175,7 +191,7 @@ def plot_mlp_sharding(t: int = 2, ax: Axes | None = None) -> Figure:
     if ax is None:
         fig, ax = plt.subplots(figsize=(8.0, 3.2), layout="constrained")
     else:
-        fig = ax.figure
+        fig = _figure_of(ax)
     colours = plt.get_cmap("tab10")
 
     def box(x: float, y: float, w: float, hgt: float, colour: Any, text: str = "") -> None:
@@ -204,3 +220,28 @@ def plot_mlp_sharding(t: int = 2, ax: Axes | None = None) -> Figure:
     ax.set_title(f"Tensor-parallel MLP on t = {t} ranks (colour = rank): one all-reduce "
                  "forward")
     return fig
+
+
+def tp_cost_table(b: int, s: int, h: int, t: int, dtype_bytes: int = 2,
+                  flops: float = costs.H100_BF16_FLOPS) -> str:
+    """Markdown: one layer's TP bytes (`parlab.costs`) and, for each link preset, the time they
+    take against the compute per rank (`layer_flops / t` at `flops`), the ratio of the two and
+    the share of the layer's time that is exposed communication when nothing overlaps."""
+    activation = b * s * h * dtype_bytes
+    per_layer = costs.tp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes)
+    compute = layer_flops(b, s, h) / t / flops
+    rows = ["| quantity | value |", "|---|---|",
+            f"| one activation $bsh$, {dtype_bytes} B per element | {activation / 2**20:,.0f} "
+            f"MiB ({activation:,} B) |",
+            f"| sent per rank by one ring all-reduce, $2\\frac{{t-1}}{{t}}$ of it "
+            f"| {costs.ring_allreduce_bytes(activation, t) / 2**20:,.0f} MiB |",
+            f"| per layer: 4 all-reduces, forward + backward | {per_layer / 2**20:,.0f} MiB |",
+            f"| compute per layer and rank, `layer_flops / t` at {flops / 1e15:g} PFLOP/s "
+            f"| {_ms(compute)} |"]
+    links = ["", "| link | communication per layer | communication / compute "
+             "| exposed share of the layer's time, no overlap |", "|---|---|---|---|"]
+    for name, gbps in LINK_PRESETS_GBPS.items():
+        comm = costs.transfer_time(per_layer, gbps * 1e9)
+        links.append(f"| {name} | {_ms(comm)} | {comm / compute:.2f} "
+                     f"| {comm / (comm + compute):.0%} |")
+    return "\n".join(rows + links)

@@ -1,30 +1,39 @@
-r"""Shared machinery of the module-03 checks (`parlab.check.sp`, `sp_block`, `sp_memory`).
+r"""What every module-03 check shares: sizes, the likely-mistake sentences, the guard against
+parlab's own sequence-parallel code, and the patterns that name a wrong answer.
 
-Reused from module 02 (`parlab.check.tp_common`): `_env`, `_cpu`, `_close`, `_scale`, `_run`
-(ranks; a hang or an in-rank CheckFailed becomes CheckFailed). Here: the guard that makes
-parlab's own sequence-parallel code raise in the ranks, a crash report whose hint speaks of
-sequence shards, the tracer with `*_into_tensor` / `*_tensor` counted as their list forms,
-and `_story`, which names a mistake by recognising the wrong answer it produces.
+The in-rank helpers (`env`, `cpu`, `traced`, `backward`, `owns_only`, `unchanged`) and the
+comparisons (`close`, `scale`) are module 02's (`parlab.check.tp.common`, `.compare`); here
+they are called with `shape_hint=SEQ_DIM` (a shape error speaks of sequence shards) and
+`rename=KIND` (the tracer's `*_into_tensor` / `*_tensor` forms counted as their list forms).
 
-Sizes: B = 2 sequences of T = 8 tokens (T/t = 4 or 2 rows per rank), hidden C = 16, 4 heads.
+Sizes: B = 2 sequences of T = 12 tokens, hidden C = 48 and 12 heads, so t = 2, 3 and 4 all
+divide the sequence, the heads and the features (T/t = 6, 4, 3 rows per rank); an answer that
+hard-codes the notebook's example sizes, or assumes t is a power of two, fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from parlab.check import call_learner, fail, not_reference, refuse_in_rank
-from parlab.check.tp_common import _backward as tp_backward
-from parlab.check.tp_common import _close, _cpu, _env, _run, _scale  # noqa: F401 - re-exported
+from parlab.check import fail, not_reference, refuse_in_rank
+from parlab.check.tp.common import Events
+from parlab.check.tp.compare import close, scale
 
-B, T, H, HEADS = 2, 8, 16, 4
-P = 0.25  # dropout probability of the layer checks
+B, T, H, HEADS = 2, 12, 48, 12
+P_DROP = 0.25  # dropout probability of the layer checks
 SEED, GEN_SEED = 1234, 77  # weights and inputs; the dropout generator
-F32_TOL = {"rtol": 1e-5, "atol": 1e-6}
+F32_TOL = {"rtol": 1e-5, "atol": 1e-4}  # values of order 10: see parlab.check.tp.common
 EXACT = {"rtol": 0.0, "atol": 0.0}
+KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+
+# the exercises' keys for `parlab.check.exercise`, and what a later check builds on
+KEY_PAIR, KEY_DROPOUT, KEY_BLOCK = "03.sp_pair", "03.sp_dropout", "03.sp_block"
+KEY_BYTES, KEY_SAVED = "03.sp_bytes", "03.saved_bytes"
+PAIR = {KEY_PAIR: "gather_seq and reduce_scatter_seq (exercise 1)"}
+PIECES = {**PAIR, KEY_DROPOUT: "sp_dropout (exercise 2)"}
+LAYER = {**PIECES, KEY_BLOCK: "SPBlock (exercise 3)"}
 
 SEQ_DIM = ("activations are (B, T, C) and the sequence is dim 1: all-gather into a list of t "
            "shards and torch.cat(parts, dim=1); for the reduce-scatter split along dim 1 "
@@ -50,12 +59,11 @@ BIAS_ONCE = ("the bias is added on every rank before the reduce-scatter, so the 
 ALL_REDUCE = ("an all-reduce sends twice the bytes of a reduce-scatter or an all-gather: "
               "sequence parallelism splits it into those two halves; call dist.reduce_scatter "
               "or dist.all_gather")
-_KIND = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+HANG = ("a collective that only some ranks call (inside `if rank == ...`), or ranks calling "
+        "different collectives: every rank must make the same calls in the same order")
 
 
-# --- in the ranks ------------------------------------------------------------------------------
-
-def _guard() -> None:
+def guard() -> None:
     """Refuse parlab's own sequence-parallel code in this rank (aliases, wrappers and
     subclasses alike)."""
     from parlab.tp import block, mappings, sequence
@@ -67,60 +75,39 @@ def _guard() -> None:
                    "parlab.tp's sequence parallelism")
 
 
-def _call(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None) -> Any:
-    """Run learner code; a crash becomes CheckFailed saying where (stubs raise as they are)."""
-    return call_learner(stage, fn, *args, hint=hint, shape_hint=SEQ_DIM)
-
-
-def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[tuple]]:
-    """(result, [(kind, shape, wire bytes), ...]) with *_into_tensor / *_tensor renamed."""
-    from parlab import comm
-
-    with comm.trace() as tr:
-        out = _call(stage, fn, *args)
-    return out, [(_KIND.get(e.kind, e.kind), tuple(e.shape), e.wire_bytes) for e in tr.events]
-
-
-def _backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, what: str) -> list[tuple]:
-    """Backward of sum(y * upstream), traced; y must have upstream's shape (`what` says why)."""
-    return tp_backward(stage, y, upstream, rank, what, traced=_traced)
-
-
-# --- in the parent -----------------------------------------------------------------------------
-
-def _reject_reference(obj: Any, name: str) -> None:
+def reject_reference(obj: Any, name: str) -> None:
     not_reference(obj, name=name, modules=("parlab.tp", "parlab.costs.activations"))
 
 
-def _rows(x: torch.Tensor, rank: int, t: int) -> torch.Tensor:
+def rows(x: torch.Tensor, rank: int, t: int) -> torch.Tensor:
     """Rank's rows of the sequence (dim 1) of a (B, T, C) tensor."""
     n = x.shape[1] // t
     return x[:, rank * n:(rank + 1) * n]
 
 
-def _story(got: Any, candidates: list[tuple[Any, str]]) -> str | None:
+def story(got: Any, candidates: list[tuple[Any, str]], tol: float = 1e-9) -> str | None:
     """The hint of the first candidate wrong answer that `got` equals, if any."""
     for wrong, hint in candidates:
         if isinstance(got, torch.Tensor) and isinstance(wrong, torch.Tensor) \
-                and got.shape == wrong.shape and _close(got, wrong, rtol=1e-9, atol=1e-9):
+                and got.shape == wrong.shape and close(got, wrong, rtol=tol, atol=tol):
             return hint
     return None
 
 
-def _kinds(events: list[tuple]) -> str:
+def kinds(events: Events) -> str:
     return ", ".join(f"{k} {tuple(s)}" for k, s, _ in events) or "none"
 
 
-def _expect_kinds(results: list, phase: str, where: str, want: list[str], hint: str) -> None:
+def expect_kinds(results: list, phase: str, where: str, want: list[str], hint: str) -> None:
     """Every rank's `phase` made exactly the collectives `want` (an all-reduce: ALL_REDUCE)."""
     for rank, res in enumerate(results):
         got = [k for k, _, _ in res[phase]]
         if got != want:
-            fail(f"the {phase} of {where} made these collective calls: {_kinds(res[phase])}; "
+            fail(f"the {phase} of {where} made these collective calls: {kinds(res[phase])}; "
                  f"expected {', '.join(want) or 'none'}", rank=rank,
                  hint=ALL_REDUCE if "all_reduce" in got else hint)
 
 
-def _times(got: Any, ref: torch.Tensor) -> float | None:
-    c = _scale(got, ref)
+def times(got: Any, ref: torch.Tensor) -> float | None:
+    c = scale(got, ref)
     return c if c is not None and abs(c - 1) > 1e-3 else None

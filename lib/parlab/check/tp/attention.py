@@ -1,0 +1,171 @@
+r"""Module 02, exercise 5: attention split by heads.
+
+Reference: parlab.model.Attention(48, 12) (causal, head size 4) with every parameter
+randomised, in float32 (rtol=1e-5, atol=1e-4): the output, the input gradient and the
+gradients of this rank's rows of qkv ([Q_r; K_r; V_r]) and columns of proj. Twelve heads make
+t = 2, 3 and 4 all valid (6, 4 and 3 heads per rank), so an answer that hard-codes the head
+count, or the heads per rank, of the notebook's example fails. An attention of t + 1 heads on t
+ranks must be refused with a ValueError that names the heads.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from parlab.check import CHECK_TIMEOUT_S, exercise, fail, run_checked
+from parlab.check.tp.common import (
+    BIAS_ONCE,
+    EXACT,
+    EXTRA_F,
+    F32_TOL,
+    F_BACKWARD,
+    G_BACKWARD,
+    GRAD_HINT,
+    HANG,
+    HEADS,
+    KEY_ATTENTION,
+    LINEARS,
+    SEED,
+    H,
+    cpu,
+    env,
+    guard,
+    run_module,
+    setup,
+)
+from parlab.check.tp.compare import (
+    bias_counted,
+    close,
+    compare,
+    expect_events,
+    got,
+    part,
+    reject_reference,
+)
+from parlab.model.transformer import Attention
+
+__all__ = ["check_tp_attention"]
+PARAMS = ("qkv.weight", "qkv.bias", "proj.weight", "proj.bias")
+QKV_LAYOUT = ("attn.qkv's rows are [Q; K; V] (each C rows, head h at rows h*d:(h+1)*d): a "
+              "contiguous block of 3C/t rows is not one rank's heads. Rank r needs the Q, K and "
+              "V rows of its heads, stacked as [Q_r; K_r; V_r]")
+
+
+def _divisibility(cls: type, t: int, dev: torch.device, rank: int) -> None:
+    """TPAttention must refuse t+1 heads on t ranks with a ValueError that names the heads."""
+    heads = t + 1
+    bad = Attention(4 * heads, heads).to(dev)
+    stage = f"{cls.__name__}(attention with {heads} heads, hidden {4 * heads}) on {t} ranks"
+    hint = (f"raise ValueError(f\"n_heads = {heads} is not divisible by t = {t}; ...\") in "
+            "__init__, saying what to change: TP gives every rank whole heads")
+    try:
+        cls(bad)
+    except (NotImplementedError, AssertionError):
+        raise
+    except ValueError as exc:
+        if "head" not in str(exc).lower():
+            fail(f"{stage} raised ValueError({str(exc)!r}), which does not mention the heads",
+                 rank=rank, hint=hint)
+        return
+    except Exception as exc:  # noqa: BLE001 - reported to the learner
+        fail(f"{stage} raised {type(exc).__name__}: {exc}", rank=rank, hint=hint)
+    fail(f"{stage} was accepted", rank=rank, hint=hint)
+
+
+def _other_head_counts(attn: Attention, x: torch.Tensor, t: int) -> dict[int, torch.Tensor]:
+    """The single-device output with n heads in all, for every n other than HEADS that t
+    divides and that divides H: what an answer with the wrong heads per rank computes."""
+    out = {}
+    for n in range(t, H + 1, t):
+        if H % n == 0 and n != HEADS:
+            other = copy.deepcopy(attn)
+            other.n_heads = n
+            with torch.no_grad():
+                out[n] = cpu(other(x))
+    return out
+
+
+def _attention_worker(cls: type, seed: int) -> dict:
+    rank, t, dev = env()
+    guard()
+    attn, x, up, ref = setup(lambda: Attention(H, HEADS), seed, dev)
+    ref["heads"] = _other_head_counts(attn, x, t)
+    out = run_module(cls, copy.deepcopy(attn), x, up, rank, PARAMS)
+    _divisibility(cls, t, dev, rank)
+    return {"ref": ref, **out}
+
+
+def _qkv_rows(rank: int, t: int) -> torch.Tensor:
+    """Rows of the fused [Q; K; V] weight that hold rank's heads, in [Q_r; K_r; V_r] order."""
+    c = H // t
+    return torch.cat([torch.arange(j * H + rank * c, j * H + (rank + 1) * c) for j in range(3)])
+
+
+def _shard(r: dict, p: str, t: int) -> torch.Tensor:
+    c = H // t
+    full = r["ref"][p]
+    if p.startswith("qkv"):
+        return full[_qkv_rows(r["rank"], t)]
+    return full[:, r["rank"] * c:(r["rank"] + 1) * c] if p.startswith("proj.weight") else full
+
+
+def _check_output(results: list[dict], t: int) -> None:
+    c = H // t
+    for rank, r in enumerate(results):
+        w = r["qkv.weight"]
+        if w.shape == (3 * c, H) and torch.equal(w, r["ref"]["qkv.weight"][rank * 3 * c:
+                                                                         (rank + 1) * 3 * c]):
+            fail("qkv.weight holds a contiguous block of rows of attn.qkv.weight", rank=rank,
+                 hint=QKV_LAYOUT)
+        if bias_counted(r["y"], r["ref"]["y"], r["ref"]["proj.bias"], t):
+            fail(f"the output is off by (t - 1) x proj.bias = {t - 1} x proj.bias", rank=rank,
+                 hint=BIAS_ONCE)
+    def shard(r: dict, key: str) -> torch.Tensor:
+        return _shard(r, key, t)
+
+    for p in PARAMS:  # the shards first: a wrong one explains a wrong output
+        compare(results, t, [(p, got(p), part(shard, p))], EXACT,
+                hint=QKV_LAYOUT if p.startswith("qkv") else
+                "proj is row-parallel: rank r keeps columns r*C/t:(r+1)*C/t of its weight")
+    for rank, r in enumerate(results):
+        n = next((n for n, y in r["ref"]["heads"].items() if close(r["y"], y, **F32_TOL)), None)
+        if n is not None and not close(r["y"], r["ref"]["y"], **F32_TOL):
+            fail(f"the output is that of attention with {n // t} heads per rank ({n} in all) "
+                 f"instead of n_heads / t = {HEADS // t}", rank=rank,
+                 hint="take the number of heads from attn.n_heads and divide it by t = "
+                      "dist.get_world_size(); do not write the example's numbers in")
+    compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"])], F32_TOL,
+            hint="the shards are right, so look at forward: split qkv's output into q, k, v "
+                 "(C/t each), run attention over n_heads/t heads, then proj")
+
+
+@exercise(KEY_ATTENTION, needs=LINEARS)
+def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
+                       timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+    """TPAttention(attn) against parlab.model.Attention (causal, 12 heads, C = 48):
+    output, grad of x, of qkv (rows [Q_r; K_r; V_r]) and proj; ValueError for t+1 heads."""
+    reject_reference(cls, "TPAttention")
+    t = world_size
+    results = run_checked(_attention_worker, t, cls, seed, what="TPAttention",
+                          timeout=timeout, hang_hint=HANG)
+    _check_output(results, t)
+    expect_events(results, "forward", "TPAttention", ["all_reduce"], lambda ev: (
+        "attention needs one all-reduce in forward, g, in the row-parallel output projection"))
+    compare(results, t, [(f"grad of {p}", got(p + ".grad"),
+                          part(lambda r, key: _shard(r, key, t), p + ".grad")) for p in PARAMS],
+            F32_TOL, hint=GRAD_HINT)
+    compare(results, t, [("grad of x (the attention's input)", lambda r: r["x.grad"],
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
+            hint=GRAD_HINT)
+    expect_events(results, "backward", "TPAttention", ["all_reduce"], lambda ev: (
+        F_BACKWARD if not ev else
+        f"{len(ev)} all-reduces in backward: apply f once, to x, before one fused qkv "
+        "column-parallel projection (three separate f's all-reduce three times)"
+        if len(ev) == 3 else G_BACKWARD))
+    if not quiet:
+        print(f"TPAttention OK on {t} ranks ({HEADS // t} of {HEADS} heads per rank): output "
+              "and the gradients of x, qkv and proj match single-device attention (float32, "
+              f"rtol={F32_TOL['rtol']:g}, atol={F32_TOL['atol']:g}); {t + 1} heads rejected "
+              "with a ValueError")

@@ -1,0 +1,208 @@
+r"""What every module-02 check shares: sizes, tolerances, the likely-mistake sentences, and the
+helpers that run inside the ranks.
+
+In the ranks: `env` (rank, t, device: a GPU per rank under NCCL), `guard` (parlab's own TP
+classes raise CheckFailed), `traced` (learner code through `call_learner`, its collectives
+counted by parlab.comm), `backward` (loss = sum(y * upstream), traced), `owns_only` (no
+parameter is a view of the full weight), `unchanged` (an input left as it was), `cpu`,
+`param`, `grads`. The comparisons made in the parent are in `parlab.check.tp.compare`.
+
+Sizes: every float32 check uses B = 2 sequences of S = 5 tokens, hidden C = 48 and 12 heads,
+so t = 2, 3 and 4 all divide the heads and the features (C/t = 24, 16, 12), and an answer that
+hard-codes the notebook's example sizes, or assumes t is a power of two, fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+from parlab.check import (
+    assert_owns_only,
+    assert_unchanged,
+    call_learner,
+    fail,
+    randomize_parameters,
+    refuse_in_rank,
+)
+
+F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
+# float32: the randomised layers' values are of order 10, and summing up to 192 products in
+# another order moves an entry by up to ~1e-5 absolute (measured: 1e-5 at most); a wrong shard
+# or a missing all-reduce moves it by ~1e-1 or more
+F32_TOL = {"rtol": 1e-5, "atol": 1e-4}
+EXACT = {"rtol": 0.0, "atol": 0.0}
+B, S, H, HEADS = 2, 5, 48, 12  # batch, sequence, hidden, attention heads of the float32 checks
+SEED = 1234
+
+# the exercises' keys for `parlab.check.exercise`, and what a later check builds on
+KEY_F_G, KEY_LINEARS, KEY_MLP = "02.f_g", "02.linears", "02.tp_mlp"
+KEY_ROW_FIRST, KEY_ATTENTION, KEY_BLOCK = "02.row_first", "02.tp_attention", "02.tp_block"
+F_G = {KEY_F_G: "f and g (exercise 1)"}
+LINEARS = {**F_G, KEY_LINEARS: "ColumnParallelLinear and RowParallelLinear (exercise 2)"}
+LAYERS = {**LINEARS, KEY_MLP: "TPMLP (exercise 3)", KEY_ATTENTION: "TPAttention (exercise 5)"}
+
+F_BACKWARD = ("f's backward must all-reduce: each rank's column shard adds only its own part "
+              "of dL/dx, and the true gradient is the sum over ranks")
+G_BACKWARD = ("g's backward must be the identity: g's output is the same on every rank, so "
+              "every rank already holds the whole gradient; an all-reduce there sums t copies")
+EXTRA_F = ("the weight gradients are right but the input's is t times too large: it was "
+           "all-reduced twice, so f is applied twice. ColumnParallelLinear already applies f to "
+           "its input; do not call f again before it")
+EXTRA_G = ("the output was all-reduced twice: RowParallelLinear already applies g to the "
+           "partial products, and a second g sums t copies of the finished output. Return "
+           "self.fc2(...) as it is")
+BIAS_ONCE = ("the bias is added on every rank before the all-reduce, so it is counted t times: "
+             "add it once, after the all-reduce")
+ROW_FIRST = ("row-parallel first needs an all-reduce before the GeLU (GeLU of partial sums is "
+             "not GeLU of the sum) and another collective after fc2: make fc1 column-parallel "
+             "and fc2 row-parallel, which needs one all-reduce in forward and one in backward")
+LINEAR_LAYOUT = ("nn.Linear.weight has shape (out_features, in_features): the column-parallel "
+                 "layer keeps a block of ROWS of linear.weight (dim 0, its output features) and "
+                 "the row-parallel layer a block of its COLUMNS (dim 1, its input features)")
+OWN_COPY = ("a shard must own its memory: nn.Parameter(linear.weight.detach()[rows].clone()); "
+            "without .clone() the slice is a view that keeps the whole weight alive on every "
+            "rank, which is the memory tensor parallelism is meant to save")
+IN_PLACE = ("work on a copy (x.clone()) or out-of-place operations (x = x + y, not x += y): "
+            "the caller's tensor must not change")
+HANG = ("a collective that only some ranks call (inside `if rank == ...`), or ranks calling "
+        "different collectives: every rank must make the same calls in the same order")
+REPLICATED = "return the whole output, replicated on every rank"
+GRAD_HINT = ("the forward is right but this gradient is not, so look at the backward of f and g "
+             "(check_f_g tests them alone): f's backward all-reduces, g's passes the gradient "
+             "through")
+
+Events = list[tuple[str, tuple[int, ...], float]]  # (kind, shape, wire bytes) per collective
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+# --- in the ranks ------------------------------------------------------------------------------
+
+def env() -> tuple[int, int, torch.device]:
+    import torch.distributed as dist
+
+    dev = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+           else torch.device("cpu"))
+    return dist.get_rank(), dist.get_world_size(), dev
+
+
+def guard() -> None:
+    """Refuse parlab's reference TP code in this rank (aliases, wrappers and subclasses too)."""
+    from parlab.tp import attention, layers, mappings
+
+    refuse_in_rank([mappings._CopyToTPRegion, mappings._ReduceFromTPRegion,
+                    mappings._GatherFromTPRegion, mappings._ScatterToTPRegion,
+                    layers.ColumnParallelLinear, layers.RowParallelLinear, layers.TPMLP,
+                    attention.TPAttention, attention.TPBlock, attention.heads_first_qkv],
+                   "parlab.tp")
+
+
+def traced(stage: str, fn: Callable[..., Any], *args: Any, shape_hint: str = LINEAR_LAYOUT,
+           rename: Mapping[str, str] | None = None,
+           hint: str | None = None) -> tuple[Any, Events]:
+    """(fn(*args) through call_learner, [(kind, shape, wire bytes), ...] of its collectives);
+    `rename` maps tracer kinds (e.g. all_gather_into_tensor -> all_gather); a crash's likely
+    mistake is `hint` if given, else `shape_hint` when torch says shapes do not fit."""
+    from parlab import comm
+
+    with comm.trace() as tr:
+        out = call_learner(stage, fn, *args, hint=hint, shape_hint=shape_hint)
+    names = rename or {}
+    return out, [(names.get(e.kind, e.kind), tuple(e.shape), e.wire_bytes) for e in tr.events]
+
+
+def cpu(x: Any) -> Any:
+    return x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x
+
+
+def param(module: Any, path: str, rank: int) -> torch.Tensor:
+    obj = module
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+    if not isinstance(obj, torch.Tensor):
+        fail(f"{type(module).__name__} has no tensor attribute {path}", rank=rank,
+             hint=f"keep the names of the skeleton: the check compares the gradient of {path}")
+    return obj
+
+
+def grads(module: Any, paths: tuple[str, ...], rank: int) -> dict[str, Any]:
+    """{path: value, path + ".grad": gradient} of the module's parameters, on the CPU."""
+    out: dict[str, Any] = {}
+    for p in paths:
+        value = param(module, p, rank)
+        out[p], out[p + ".grad"] = cpu(value), cpu(value.grad)
+    return out
+
+
+def owns_only(module: Any, rank: int, hint: str = OWN_COPY) -> None:
+    """No parameter of the learner's module may be a view into a larger storage."""
+    if isinstance(module, torch.nn.Module):
+        for name, p in module.named_parameters():
+            assert_owns_only(p, name=f"{type(module).__name__}.{name}", rank=rank, hint=hint)
+
+
+def unchanged(before: torch.Tensor, after: torch.Tensor, name: str, rank: int) -> None:
+    assert_unchanged(before.detach().cpu(), after, name=name, rank=rank, hint=IN_PLACE)
+
+
+def nonleaf(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(leaf, input): a copy of x that collects the gradient, and the tensor handed to the
+    learner, computed from it, so that an answer changing its input in place (x += ...) is
+    not stopped by autograd (it refuses that on a leaf) but seen by `unchanged`."""
+    leaf = x.detach().clone().requires_grad_()
+    return leaf, leaf * 1.0
+
+
+def backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str = REPLICATED,
+             shape_hint: str = LINEAR_LAYOUT, rename: Mapping[str, str] | None = None) -> Events:
+    """Backward of sum(y * upstream), traced; y must be a tensor of upstream's shape with an
+    autograd graph (`hint` says what the shape should be)."""
+    if not isinstance(y, torch.Tensor) or y.shape != upstream.shape:
+        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        fail(f"{stage} returned {got}, expected a tensor of shape {tuple(upstream.shape)}",
+             rank=rank, hint=hint)
+    if not y.requires_grad:
+        fail(f"{stage} returned a tensor with no autograd graph", rank=rank,
+             hint="call your autograd Function as MyFunction.apply(x), not .forward, and do "
+                  "not detach")
+    return traced(f"the backward pass of {stage}", (y * upstream).sum().backward,
+                  shape_hint=shape_hint, rename=rename)[1]
+
+
+def setup(make: Callable[[], M], seed: int,
+          dev: torch.device) -> tuple[M, torch.Tensor, torch.Tensor, dict]:
+    """The single-device reference: make() with every parameter randomised (LayerNorms and
+    biases included, so a default-initialised stand-in cannot match it), an input x and an
+    upstream gradient, (B, S, H); its output, input gradient, parameters and their gradients."""
+    torch.manual_seed(seed)
+    module = make().to(dev)
+    randomize_parameters(module, seed=seed)
+    x, up = torch.randn(B, S, H, device=dev), torch.randn(B, S, H, device=dev)
+    xr = x.clone().requires_grad_()
+    y = module(xr)
+    (y * up).sum().backward()
+    ref = {"y": cpu(y), "x.grad": cpu(xr.grad)}
+    ref.update({n: cpu(p) for n, p in module.named_parameters()})
+    ref.update({f"{n}.grad": cpu(p.grad) for n, p in module.named_parameters()})
+    module.zero_grad(set_to_none=True)
+    return module, x, up, ref
+
+
+def run_module(cls: type, module: torch.nn.Module, x: torch.Tensor, up: torch.Tensor,
+               rank: int, params: tuple[str, ...],
+               shape_hint: Callable[[Any], str] | None = None) -> dict:
+    """Build the learner's cls(module), check its shards own their memory, run forward and
+    backward traced on a copy of x, and check x is unchanged. `shape_hint(model)` is the likely
+    mistake when torch says shapes do not fit. Returns what the parent compares."""
+    model = call_learner(f"{cls.__name__}({type(module).__name__.lower()})", cls, module,
+                         shape_hint=LINEAR_LAYOUT)
+    owns_only(model, rank)
+    hint = shape_hint(model) if shape_hint else LINEAR_LAYOUT
+    leaf, xin = nonleaf(x)
+    y, fwd = traced(f"{cls.__name__}.forward", model, xin, shape_hint=hint)
+    unchanged(x, xin, f"x (the tensor given to {cls.__name__}.forward)", rank)
+    bwd = backward(f"{cls.__name__}.forward", y, up, rank, shape_hint=hint)
+    return {"y": cpu(y), "x.grad": cpu(leaf.grad), "forward": fwd,
+            "backward": bwd, "rank": rank, **grads(model, params, rank)}
