@@ -4,8 +4,8 @@
     from parlab.launch import run
 
     plan = Plan(dp=2, pp=2, tp=2, sequence_parallel=True)
-    losses = run(train, 8, LlamaConfig(), plan, 6, lr=1e-2)[0]
-    single = train_single(LlamaConfig(), 6, global_batch_size=8, lr=1e-2)   # |gap| <= TOLERANCE
+    losses = run(train, 8, LlamaConfig(), plan, 6, lr=3e-3)[0]
+    single = train_single(LlamaConfig(), 6, global_batch_size=8, lr=3e-3)   # |gap| <= TOLERANCE
 
 or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
 
@@ -21,8 +21,8 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
   `Messages`.
 - `grads`: `finalize_grads` (SP sums, tied embedding, DP mean), `sync_data_parallel` (the DP
   seam BucketedDDP replaces), `sum_grads`.
-- `train`: `Plan`, `Parts` (the replaceable pieces tests plant bugs in), `TOLERANCE`,
-  `check_plan`, `setup`, `train_step`, `train`, `train_single`, `rank_device`, `Replica`.
+- `train`: `Plan`, `Parts` (the replaceable pieces tests plant bugs in), `TOLERANCE` and
+  `CHECKED_STEPS` (how close, for how long), `check_plan`, `setup`, `train_step`, `train`, `train_single`, `rank_device`, `Replica`.
 """
 
 from parlab.compose.experts import ExpertParallelMoE, exchange_counts, gather_sequence
@@ -32,6 +32,7 @@ from parlab.compose.layer import ParallelAttention, ParallelBlock, ParallelSwiGL
 from parlab.compose.pipeline import Messages, run_schedule
 from parlab.compose.stage import ParallelLlama, Stage, layer_costs, split_layers
 from parlab.compose.train import (
+    CHECKED_STEPS,
     TOLERANCE,
     Parts,
     Plan,
@@ -48,6 +49,6 @@ __all__ = [
     "Grid", "Positions", "make_grid", "group_size", "ParallelAttention", "ParallelSwiGLU",
     "ParallelBlock", "ExpertParallelMoE", "gather_sequence", "exchange_counts", "layer_costs",
     "split_layers", "Stage", "ParallelLlama", "Messages", "run_schedule", "sync_data_parallel",
-    "sum_grads", "finalize_grads", "TOLERANCE", "Plan", "Parts", "Replica", "check_plan",
+    "sum_grads", "finalize_grads", "TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "check_plan",
     "rank_device", "setup", "train_step", "train", "train_single",
 ]
