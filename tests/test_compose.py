@@ -3,7 +3,9 @@
 Fast: the stage split against a brute force, the cost model against PyTorch's FLOP counter,
 plans that cannot run, a rank's tokens and rows. Slow: 1 rank and every axis alone at 2
 (DP, PP with 1F1B / interleaved / ZB-H1, TP, TP+SP, CP, EP on the MoE variant), each loss
-within TOLERANCE of `train_single`, and three planted bugs caught at their first wrong step.
+within TOLERANCE of `train_single` and every shard of step 0's gradients within GRAD_TOL of
+the single device's (Adam hides a gradient off by a constant factor from the losses: a sum
+instead of a mean, a missing 1/ep), and three planted bugs caught at their first wrong step.
 Grids of 4 and 8 ranks: tests/test_compose_grids.py.
 """
 
@@ -20,6 +22,7 @@ from parlab.compose import (
     Grid,
     Parts,
     Plan,
+    Replica,
     check_plan,
     layer_costs,
     setup,
@@ -29,22 +32,53 @@ from parlab.compose import (
 )
 from parlab.launch import run
 from parlab.mesh import make_mesh
-from parlab.model import Llama, LlamaConfig, load_corpus
+from parlab.model import Llama, LlamaConfig, batch, load_corpus
 
 STEPS, LR = 4, 3e-3
+GRAD_TOL = 1e-4  # step 0's gradients, relative to each tensor's largest entry: ~1e-6 is rounding
 DENSE = LlamaConfig()
 MOE = LlamaConfig(moe_layers=(1, 3), capacity_factor=1.0)  # capacity 8 of 16·2/4: it binds
 FULL = {cfg: sum(p.numel() for p in Llama(cfg).parameters()) for cfg in (DENSE, MOE)}
 
 
-def run_jobs(jobs: list[tuple]) -> dict[str, tuple[list[float], int]]:
-    """On every rank: train each (name, cfg, plan[, parts]); its losses and local parameters."""
+def shard_grads(rep: Replica) -> list[tuple[str, int, int, torch.Tensor]]:
+    """This rank's gradients, each with the full model's name and where it sits in it:
+    (name, dim, offset, grad); dim -1 for a whole tensor. Names are the single device's."""
+    full = dict(Llama(rep.cfg).named_parameters())
+    p, r, t = rep.grid.size("pp"), rep.grid.coords["pp"], rep.grid.coords["tp"]
+    layers = rep.parts.split_layers(rep.cfg, rep.plan.pp * rep.plan.virtual)
+    out = []
+    for c, stage in enumerate(rep.model.stages):
+        named = [("tok.weight", stage.tok.weight)] if stage.tok is not None else []
+        named += [("norm.weight", stage.norm.weight)] if stage.norm is not None else []
+        if stage.head is not None:  # its own matrix, or the tied embedding's copy
+            named.append(("tok.weight" if rep.cfg.tied else "head.weight", stage.head))
+        for k, block in enumerate(stage.blocks):
+            i = layers[c * p + r][k]
+            named += [(f"blocks.{i}.{n}", q) for n, q in block.named_parameters()]
+        for name, q in named:
+            shape, dim, offset = full[name].shape, -1, 0
+            if shape != q.shape:
+                dim = next(d for d in range(q.dim()) if q.shape[d] != shape[d])
+                expert = ".mlp." in name and q.dim() == 3  # (E_l, F, C): this rank's experts
+                offset = rep.grid.coords["ep"] * q.shape[0] if expert else t * q.shape[dim]
+            assert q.grad is not None, name
+            out.append((name, dim, offset, q.grad.detach().clone()))
+    return out
+
+
+def run_jobs(jobs: list[tuple]) -> dict[str, dict]:
+    """On every rank: train each (name, cfg, plan[, parts]); its losses, its number of
+    parameters, and its gradients of step 0 (`shard_grads`)."""
     tokens, _ = load_corpus()
     out = {}
     for name, cfg, plan, *parts in jobs:
         rep = setup(cfg, plan, lr=LR, parts=parts[0] if parts else Parts())
-        losses = [train_step(rep, step, tokens) for step in range(STEPS)]
-        out[name] = (losses, sum(p.numel() for p in rep.model.unique_parameters()))
+        losses = [train_step(rep, 0, tokens)]
+        grads = shard_grads(rep)  # after step 0's sync (the optimizer leaves .grad alone)
+        losses += [train_step(rep, step, tokens) for step in range(1, STEPS)]
+        out[name] = {"losses": losses, "grads": grads,
+                     "params": sum(p.numel() for p in rep.model.unique_parameters())}
     return out
 
 
@@ -54,11 +88,30 @@ def gaps_to_single(results: list[dict], jobs: list[tuple]) -> dict[str, list[flo
               for cfg in {job[1] for job in jobs}}
     gaps = {}
     for name, cfg, *_ in jobs:
-        losses = results[0][name][0]
-        assert all(r[name][0] == losses for r in results), f"{name}: ranks disagree"
+        losses = results[0][name]["losses"]
+        assert all(r[name]["losses"] == losses for r in results), f"{name}: ranks disagree"
         gaps[name] = [abs(a - b) for a, b in zip(losses, single[cfg], strict=True)]
         print(f"{name}: largest gap {max(gaps[name]):.1e}")
     return gaps
+
+
+def single_grads(cfg: LlamaConfig) -> dict[str, torch.Tensor]:
+    """The single-device gradients of step 0's whole batch."""
+    model = Llama(cfg)
+    x, y = batch(load_corpus()[0], 0, batch_size=8, seq=cfg.seq, seed=cfg.seed)
+    Llama.loss(model(x), y).backward()
+    return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def worst_grad_error(results: list[dict], name: str, cfg: LlamaConfig) -> float:
+    """Largest |parallel - single| over every rank's gradient shards, each relative to the
+    largest entry of its full single-device gradient."""
+    ref, worst = single_grads(cfg), 0.0
+    for r in results:
+        for full, dim, offset, g in r[name]["grads"]:
+            want = ref[full] if dim < 0 else ref[full].narrow(dim, offset, g.shape[dim])
+            worst = max(worst, float((g - want).abs().max() / ref[full].abs().max()))
+    return worst
 
 
 def first_wrong_step(gaps: list[float]) -> int | None:
@@ -141,7 +194,10 @@ def test_each_axis_alone_follows_the_single_device_loss(alone, name):
     results, gaps = alone
     assert max(gaps[name]) <= TOLERANCE, (name, gaps[name])
     cfg = next(job[1] for job in ONE + TWO if job[0] == name)
-    local = [r[name][1] for r in results]
+    error = worst_grad_error(results, name, cfg)
+    print(f"{name}: step 0 gradients within {error:.1e} of one device")
+    assert error < GRAD_TOL, (name, error)
+    local = [r[name]["params"] for r in results]
     if name.startswith(("TP", "PP", "EP")):  # the weights are split, not copied
         assert max(local) < FULL[cfg], (name, local, FULL[cfg])
     else:

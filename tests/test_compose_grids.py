@@ -10,7 +10,7 @@ The helpers, steps and learning rate are tests/test_compose.py's.
 from __future__ import annotations
 
 import pytest
-from test_compose import DENSE, FULL, MOE, gaps_to_single, run_jobs
+from test_compose import DENSE, FULL, GRAD_TOL, MOE, gaps_to_single, run_jobs, worst_grad_error
 
 from parlab.compose import TOLERANCE, Plan
 from parlab.launch import run
@@ -43,5 +43,7 @@ def test_composed_grids_follow_the_single_device_loss(grids, name):
     four, eight, gaps = grids
     assert max(gaps[name]) <= TOLERANCE, (name, gaps[name])
     cfg = next(job[1] for job in FOUR + EIGHT if job[0] == name)
-    local = [r[name][1] for r in (four if name in {job[0] for job in FOUR} else eight)]
+    results = four if name in {job[0] for job in FOUR} else eight
+    assert worst_grad_error(results, name, cfg) < GRAD_TOL, name  # step 0, every shard
+    local = [r[name]["params"] for r in results]
     assert max(local) < FULL[cfg], (name, local)  # every rank holds a share, not a copy

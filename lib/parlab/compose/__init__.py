@@ -22,7 +22,8 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
 - `grads`: `finalize_grads` (SP sums, tied embedding, DP mean), `sync_data_parallel` (the DP
   seam BucketedDDP replaces), `sum_grads`.
 - `train`: `Plan`, `Parts` (the replaceable pieces tests plant bugs in), `TOLERANCE` and
-  `CHECKED_STEPS` (how close, for how long), `check_plan`, `setup`, `train_step`, `train`, `train_single`, `rank_device`, `Replica`.
+  `CHECKED_STEPS` (how close, for how long), `check_plan`, `setup`, `train_step`, `train`,
+  `train_single`, `rank_device`, `Replica`.
 """
 
 from parlab.compose.experts import ExpertParallelMoE, exchange_counts, gather_sequence
