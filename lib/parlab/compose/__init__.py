@@ -50,6 +50,6 @@ __all__ = [
     "Grid", "Positions", "make_grid", "group_size", "ParallelAttention", "ParallelSwiGLU",
     "ParallelBlock", "ExpertParallelMoE", "gather_sequence", "exchange_counts", "layer_costs",
     "split_layers", "Stage", "ParallelLlama", "Messages", "run_schedule", "sync_data_parallel",
-    "sum_grads", "finalize_grads", "TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "check_plan",
-    "rank_device", "setup", "train_step", "train", "train_single",
+    "sum_grads", "finalize_grads", "TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica",
+    "check_plan", "rank_device", "setup", "train_step", "train", "train_single",
 ]

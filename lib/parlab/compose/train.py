@@ -41,8 +41,8 @@ from parlab.model.llama import Llama, LlamaConfig
 from parlab.pp.schedules import make_schedule
 from parlab.tp.sequence import allreduce_sequence_parallel_grads
 
-__all__ = ["TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "check_plan", "rank_device", "setup",
-           "train_step", "train", "train_single"]
+__all__ = ["TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "check_plan",
+           "rank_device", "setup", "train_step", "train", "train_single"]
 
 TOLERANCE = 2e-5
 """Largest |parallel loss - single-device loss| accepted at a step (float32, losses 4-6,
