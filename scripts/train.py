@@ -36,7 +36,15 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from parlab.compose import CHECKED_STEPS, TOLERANCE, Plan, check_plan, train, train_single
+from parlab.compose import (
+    CHECKED_STEPS,
+    TOLERANCE,
+    Plan,
+    check_plan,
+    rank_device,
+    train,
+    train_single,
+)
 from parlab.model import LlamaConfig
 
 MEGATRON = "(Megatron-LM's names and meanings)"
@@ -129,7 +137,8 @@ def progress(total: int, tokens_per_step: int):
 
 def check(cfg: LlamaConfig, plan: Plan, losses: list[float], lr: float) -> int:
     """Rank 0: the single-device run beside this one; the exit status."""
-    single = train_single(cfg, len(losses), global_batch_size=plan.global_batch_size, lr=lr)
+    single = train_single(cfg, len(losses), global_batch_size=plan.global_batch_size, lr=lr,
+                          device=rank_device())
     gaps = [abs(a - b) for a, b in zip(single, losses, strict=True)]
     worst = max(gaps[:CHECKED_STEPS], default=0.0)
     ok = worst <= TOLERANCE

@@ -96,6 +96,12 @@ class Grid:
         return self.groups["expert_dp"]
 
     @property
+    def p2p(self) -> dist.ProcessGroup | None:
+        """A gloo copy of the world for pipeline messages under NCCL (`parlab.compose.pipeline`
+        says why); None under gloo: the default group."""
+        return self.groups.get("p2p")
+
+    @property
     def embedding(self) -> dist.ProcessGroup | None:
         """The first and last rank of this pipeline (one rank when pp = 1); None on the
         ranks in between, which are in no such group."""
@@ -165,9 +171,11 @@ def make_grid(*, dp: int = 1, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1
 
     Groups: "tp", "cp", "pp", "ep" (axis lines), "dp" (dp × ep × cp: dense gradients),
     "expert_dp" (dp × cp: expert gradients), "embedding" (first and last pipeline rank: the
-    tied embedding's two copies)."""
+    tied embedding's two copies), and under NCCL "p2p" (gloo, for pipeline messages)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     mesh = make_mesh(world, dp=dp, pp=pp, tp=tp, cp=cp, ep=ep)
     groups = new_groups(mesh, axes=("tp", "cp", "pp", "ep"))
     groups.update(_custom_groups(mesh, rank))
+    if dist.get_backend() == "nccl":
+        groups["p2p"] = dist.new_group(list(range(world)), backend="gloo")
     return Grid(mesh, rank, mesh.coords(rank), groups, layout)

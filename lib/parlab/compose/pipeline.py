@@ -22,7 +22,11 @@ included, on all of them alike.
 Messages go to the rank with the same dp, ep, cp, tp coordinates one stage on
 (`grid.pp_ranks`): isend, never waited for until the end, so no rank blocks on a busy peer;
 irecv posted in the order the *sender* sends on that pair (known from the schedule), so
-tensors match without tags, as NCCL needs too. Why not `parlab.pp.execute`: it addresses
+tensors match without tags. Under NCCL they go over a gloo copy of the world instead
+(`grid.p2p`), through the CPU: NCCL runs a pair's sends and receives on one stream in the
+order posted, so in 1F1B two neighbours that both send before they receive would wait for
+each other (Megatron pairs each send with its receive in one batch_isend_irecv); gloo lets
+an isend complete on its own. Why not `parlab.pp.execute`: it addresses
 peers by pipeline index as global rank (a grid puts them `tp·cp·ep` apart), runs a toy
 Sequential on (b, width) tensors, and needs the barrier of its timing clock; the message
 order and the F/B/W steps here are its own, in a stage runner for any grid.
@@ -51,9 +55,12 @@ class Messages:
     """The point-to-point messages of one rank for one schedule, peers by global rank."""
 
     def __init__(self, schedule: Schedule, *, me: int, ranks: list[int], shape: tuple[int, ...],
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device,
+                 group: dist.ProcessGroup | None = None) -> None:
         self.p, _, self.v, _ = shape_of(schedule)
         self.me, self.ranks, self.shape, self.dtype, self.device = me, ranks, shape, dtype, device
+        self.group = group  # None: the default group; else a gloo world (CPU tensors)
+        self.wire = device if group is None else torch.device("cpu")
         self.order: dict[int, list[Key]] = {}  # sender -> what it sends me, in its order
         for q, actions in enumerate(schedule):
             for a in actions:
@@ -84,20 +91,20 @@ class Messages:
         src = rank_and_chunk(stage, self.p)[0]
         while key not in self.posted:  # every earlier message from src first
             message = self.order[src][self.next[src]]
-            buf = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-            self.posted[message] = (dist.irecv(buf, src=self.ranks[src]), buf)
+            buf = torch.empty(self.shape, dtype=self.dtype, device=self.wire)
+            self.posted[message] = (dist.irecv(buf, src=self.ranks[src], group=self.group), buf)
             self.next[src] += 1
         work, buf = self.posted.pop(key)
         work.wait()
-        return buf
+        return buf.to(self.device)
 
     def send(self, key: Key, tensor: Tensor) -> None:
         dst = self.owner(key)
-        payload = tensor.detach().contiguous()
         if dst == self.me:
-            self.local[key] = payload.clone()
-        else:
-            self.sends.append((dist.isend(payload, dst=self.ranks[dst]), payload))
+            self.local[key] = tensor.detach().clone()
+            return
+        payload = tensor.detach().to(self.wire).contiguous()
+        self.sends.append((dist.isend(payload, dst=self.ranks[dst], group=self.group), payload))
 
     def finish(self) -> None:
         for work, _payload in self.sends:
@@ -164,7 +171,7 @@ def run_schedule(schedule: Schedule, model: ParallelLlama, grid: Grid, *,
     the last stage's ranks, 0 elsewhere. shape: one activation message, (b, n/t, C)."""
     me, split = grid.coords["pp"], shape_of(schedule)[3]
     box = Messages(schedule, me=me, ranks=grid.pp_ranks, shape=shape, dtype=dtype,
-                   device=inputs[0].device)
+                   device=inputs[0].device, group=grid.p2p)
     st = _State(model, box, pos, inputs, targets)
     for a in schedule[me]:  # the schedule's Warmup, Steady and Cooldown, in its order
         if a.kind == "F":
