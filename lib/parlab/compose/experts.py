@@ -43,8 +43,9 @@ from parlab.moe.layer import route
 __all__ = ["ExpertParallelMoE", "gather_sequence", "exchange_counts"]
 
 
-def gather_sequence(part: Tensor, pos: Positions, *, tp_group: dist.ProcessGroup | None,
-                    cp_group: dist.ProcessGroup | None, sequence_parallel: bool) -> Tensor:
+def gather_sequence(part: Tensor, pos: Positions, *, tp_group: dist.ProcessGroup | None = None,
+                    cp_group: dist.ProcessGroup | None = None,
+                    sequence_parallel: bool = True) -> Tensor:
     """(B, n_sp, k) per rank -> (B, T, k) on every rank, in global position order (no grad)."""
     if sequence_parallel and group_size(tp_group) > 1:
         parts = [torch.empty_like(part) for _ in range(group_size(tp_group))]
@@ -61,7 +62,7 @@ def gather_sequence(part: Tensor, pos: Positions, *, tp_group: dist.ProcessGroup
     return full
 
 
-def exchange_counts(per_expert: Tensor, *, group: dist.ProcessGroup | None) -> Tensor:
+def exchange_counts(per_expert: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
     """(E,) rows this rank sends to each global expert -> (ep, E_l): the rows it will receive
     from each ep rank for each of its local experts (an all-to-all of E_l integers a pair)."""
     recv = torch.empty_like(per_expert)

@@ -51,7 +51,7 @@ def _flat_grads(params: Iterable[nn.Parameter]) -> list[torch.Tensor]:
     return grads
 
 
-def sum_grads(params: Iterable[nn.Parameter], *, group: dist.ProcessGroup | None,
+def sum_grads(params: Iterable[nn.Parameter], *, group: dist.ProcessGroup | None = None,
               scale: float = 1.0) -> None:
     """grad <- scale * (sum of grad over `group`), one all-reduce of the flattened grads."""
     grads = _flat_grads(params)
@@ -66,7 +66,7 @@ def sum_grads(params: Iterable[nn.Parameter], *, group: dist.ProcessGroup | None
 
 
 def sync_data_parallel(params: Iterable[nn.Parameter], *,
-                       group: dist.ProcessGroup | None) -> None:
+                       group: dist.ProcessGroup | None = None) -> None:
     """The DP gradient sync: every gradient averaged over `group` (flatten, all_reduce,
     divide). The one place BucketedDDP replaces."""
     sum_grads(params, group=group, scale=1.0 / group_size(group))

@@ -6,7 +6,7 @@ r"""The rank grid of a composed run: this rank's coordinates, its process groups
     grid.dp                                  # dense gradients: the dp × ep × cp ranks
     grid.expert_dp                           # expert gradients: the dp × cp ranks
     rows = grid.batch_rows(global_batch)     # this replica's rows of every global batch
-    pos = grid.positions(seq)                # this rank's token positions (CP layout)
+    pos = grid.positions(16, sequence_parallel=True)   # this rank's positions (CP layout)
 
 The grid is `parlab.mesh.make_mesh`'s `arange(world).view(dp, pp, ep, cp, tp)`, TP innermost.
 
@@ -17,7 +17,8 @@ in the MoE layers the ep ranks of a group hold different experts and trade token
 expert's copies live on the dp × cp ranks that share its ep coordinate. Why fold instead of
 adding ranks: an expert layer has E/ep times fewer weights per rank but the same tokens, and
 the dense layers would sit idle on ranks of their own; folding keeps every rank busy in both.
-(Megatron can also fold EP over CP ranks; here the EP group stays inside one CP position.)
+(Megatron also lets an EP group span CP ranks, so there EP divides DP × CP; here it divides
+DP: the ranks of an EP group share their CP position, one meaning per grid coordinate.)
 
 Tokens: rank (dp, ep) of the data-parallel ranks takes rows `replica*b .. (replica+1)*b` of
 the global batch, b = global / (dp·ep); a CP rank keeps the positions of its layout

@@ -85,6 +85,8 @@ class Stage(nn.Module):
         self.norm = copy.deepcopy(model.norm) if last else None
         self.head: nn.Parameter | None = None  # its own matrix, or the tied copy
         self.tied_to: nn.Embedding | None = None  # the embedding it shares a rank with
+        # (registered as a submodule on purpose: its weight is then also this chunk's
+        # parameter, so a W step computes the head's share of its gradient)
         if last and model.head is not None:
             self.head = nn.Parameter(model.head.weight.detach().clone())
         elif last and (self.tok is not None or embedding is not None):
