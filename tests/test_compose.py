@@ -2,10 +2,11 @@
 
 Fast: the stage split against a brute force, the cost model against PyTorch's FLOP counter,
 plans that cannot run, a rank's tokens and rows. Slow: 1 rank and every axis alone at 2
-(DP, PP with 1F1B / interleaved / ZB-H1, TP, TP+SP, CP, EP on the MoE variant), each loss
-within TOLERANCE of `train_single` and every shard of step 0's gradients within GRAD_TOL of
-the single device's (Adam hides a gradient off by a constant factor from the losses: a sum
-instead of a mean, a missing 1/ep), and three planted bugs caught at their first wrong step.
+(DP, PP with 1F1B / interleaved / ZB-H1 / an untied head, TP, TP+SP, CP, EP on the MoE
+variant), each loss within TOLERANCE of `train_single` and every shard of step 0's
+gradients within GRAD_TOL of the single device's (Adam hides a gradient off by a constant
+factor from the losses: a sum instead of a mean, a missing 1/ep), and three planted bugs
+caught at their first wrong step.
 Grids of 4 and 8 ranks: tests/test_compose_grids.py.
 """
 
@@ -38,7 +39,8 @@ STEPS, LR = 4, 3e-3
 GRAD_TOL = 1e-4  # step 0's gradients, relative to each tensor's largest entry: ~1e-6 is rounding
 DENSE = LlamaConfig()
 MOE = LlamaConfig(moe_layers=(1, 3), capacity_factor=1.0)  # capacity 8 of 16·2/4: it binds
-FULL = {cfg: sum(p.numel() for p in Llama(cfg).parameters()) for cfg in (DENSE, MOE)}
+UNTIED = LlamaConfig(tied=False)
+FULL = {cfg: sum(p.numel() for p in Llama(cfg).parameters()) for cfg in (DENSE, MOE, UNTIED)}
 
 
 def shard_grads(rep: Replica) -> list[tuple[str, int, int, torch.Tensor]]:
@@ -180,6 +182,7 @@ TWO = [
     ("PP2 interleaved v2", DENSE, Plan(pp=2, virtual=2, schedule="interleaved_1f1b",
                                        micro_batch_size=2)),
     ("PP2 ZB-H1", DENSE, Plan(pp=2, schedule="zb_h1", micro_batch_size=2)),
+    ("PP2 untied head", UNTIED, Plan(pp=2, micro_batch_size=2)),
     ("TP2", DENSE, Plan(tp=2, micro_batch_size=4)),
     ("TP2 SP", DENSE, Plan(tp=2, sequence_parallel=True, micro_batch_size=4)),
     ("CP2", DENSE, Plan(cp=2, layout="contiguous", micro_batch_size=4)),
