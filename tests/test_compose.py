@@ -12,6 +12,7 @@ Grids of 4 and 8 ranks: tests/test_compose_grids.py.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
@@ -97,6 +98,7 @@ def gaps_to_single(results: list[dict], jobs: list[tuple]) -> dict[str, list[flo
     return gaps
 
 
+@functools.lru_cache
 def single_grads(cfg: LlamaConfig) -> dict[str, torch.Tensor]:
     """The single-device gradients of step 0's whole batch."""
     model = Llama(cfg)
