@@ -62,7 +62,7 @@ hence the step limit and the modest learning rate.
 Measured over every grid of tests/test_compose*.py (4 steps; 1 to 8 ranks): the largest
 gap is 1.4e-6 (TP2 × CP2 with SP), 2.9e-6 when run for 6 steps; the tolerance is 7x above
 the latter. The planted bugs at their first wrong step: SP without the RMSNorm-gradient sum
-7.0e-5 (step 1, 3.5x above), DP without its gradient sync 1.6e-2 (step 1), the stages in
+7.1e-5 (step 1, 3.5x above), DP without its gradient sync 1.6e-2 (step 1), the stages in
 the wrong order 6.9e-3 (step 0). A gradient off by a constant factor (summed instead of
 averaged) hardly moves Adam's steps: the tests compare step 0's gradients too."""
 
