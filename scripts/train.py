@@ -1,0 +1,189 @@
+"""Module 08 under torchrun: train the tiny Llama on DP × PP × TP (+SP) × CP × EP ranks.
+
+The arguments are Megatron-LM's (`pretrain_gpt.py`), so a line that works here is the line
+to type there; DP is what the world size leaves: world / (TP · PP · CP), and EP divides it.
+One node, 8 processes (CPU with gloo, or 8 GPUs with NCCL):
+
+    torchrun --standalone --nproc-per-node 8 scripts/train.py \\
+        --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel \\
+        --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --check
+
+Two nodes (run the same line on both; HOST is the first node's address, or 127.0.0.1 for two
+"nodes" on one machine, as tests/test_train_script.py does):
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        --rdzv-id llama scripts/train.py --tensor-model-parallel-size 2 \\
+        --pipeline-model-parallel-size 2 --sequence-parallel --train-iters 20 --check
+
+More: --num-layers-per-virtual-pipeline-stage 1 (interleaved 1F1B), --context-parallel-size 2
+(ring attention), --num-experts 4 --expert-model-parallel-size 2 (the MoE variant).
+
+The training code is `parlab.compose.train`, the same the notebook and tests run through
+`parlab.launch.run`. NCCL when there is a GPU for every process of the node, gloo otherwise.
+Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
+not a terminal). --check also trains the model on one device and exits 1 when a loss of the
+first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from parlab.compose import (
+    CHECKED_STEPS,
+    TOLERANCE,
+    Plan,
+    check_plan,
+    rank_device,
+    train,
+    train_single,
+)
+from parlab.model import LlamaConfig
+
+MEGATRON = "(Megatron-LM's names and meanings)"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    grid = p.add_argument_group("parallelism " + MEGATRON)
+    grid.add_argument("--tensor-model-parallel-size", type=int, default=1)
+    grid.add_argument("--pipeline-model-parallel-size", type=int, default=1)
+    grid.add_argument("--sequence-parallel", action="store_true")
+    grid.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None,
+                      help="interleaved 1F1B with num-layers / (PP · this) chunks per rank")
+    grid.add_argument("--context-parallel-size", type=int, default=1)
+    grid.add_argument("--expert-model-parallel-size", type=int, default=1,
+                      help="divides the data-parallel size (EP is folded into DP)")
+    grid.add_argument("--micro-batch-size", type=int, default=2)
+    grid.add_argument("--global-batch-size", type=int, default=8)
+    grid.add_argument("--train-iters", type=int, default=10)
+    model = p.add_argument_group("model and optimizer " + MEGATRON)
+    model.add_argument("--num-layers", type=int, default=LlamaConfig.layers)
+    model.add_argument("--hidden-size", type=int, default=LlamaConfig.hidden)
+    model.add_argument("--num-attention-heads", type=int, default=LlamaConfig.heads)
+    model.add_argument("--group-query-attention", action="store_true",
+                       help="accepted for Megatron; here --num-query-groups always applies")
+    model.add_argument("--num-query-groups", type=int, default=LlamaConfig.kv_heads)
+    model.add_argument("--ffn-hidden-size", type=int, default=LlamaConfig.ffn)
+    model.add_argument("--seq-length", type=int, default=LlamaConfig.seq)
+    model.add_argument("--untie-embeddings-and-output-weights", action="store_true")
+    model.add_argument("--num-experts", type=int, default=None, help="MoE layers when given")
+    model.add_argument("--moe-layer-freq", type=int, default=1,
+                       help="layer i is a MoE layer when i %% freq == 0")
+    model.add_argument("--moe-router-topk", type=int, default=LlamaConfig.top_k)
+    model.add_argument("--moe-expert-capacity-factor", type=float, default=None)
+    model.add_argument("--lr", type=float, default=3e-3)
+    model.add_argument("--seed", type=int, default=LlamaConfig.seed)
+    ours = p.add_argument_group("this course's own")
+    ours.add_argument("--cp-layout", default="zigzag", choices=["contiguous", "zigzag"],
+                      help="the positions a CP rank holds (Megatron: zigzag)")
+    ours.add_argument("--check", action="store_true",
+                      help="also train on one device; exit 1 if a loss differs > TOLERANCE")
+    return p
+
+
+def plan_from_args(args: argparse.Namespace, world_size: int) -> tuple[LlamaConfig, Plan]:
+    """The model and the grid these arguments ask for on `world_size` ranks."""
+    tp, pp, cp = (args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+                  args.context_parallel_size)
+    dp, left = divmod(world_size, tp * pp * cp)
+    ep = args.expert_model_parallel_size
+    if left or dp == 0 or dp % ep:
+        raise ValueError(f"{world_size} ranks do not split into TP {tp} × PP {pp} × CP {cp} "
+                         f"× DP (a multiple of EP {ep}): DP is what the world size leaves")
+    v = 1
+    if args.num_layers_per_virtual_pipeline_stage:
+        v, left = divmod(args.num_layers // pp, args.num_layers_per_virtual_pipeline_stage)
+        if left or args.num_layers % pp:
+            raise ValueError("--num-layers must be PP × chunks × "
+                             "--num-layers-per-virtual-pipeline-stage")
+    moe = () if args.num_experts is None else tuple(
+        i for i in range(args.num_layers) if i % args.moe_layer_freq == 0)
+    cfg = LlamaConfig(layers=args.num_layers, hidden=args.hidden_size,
+                      heads=args.num_attention_heads, kv_heads=args.num_query_groups,
+                      ffn=args.ffn_hidden_size, seq=args.seq_length,
+                      tied=not args.untie_embeddings_and_output_weights, moe_layers=moe,
+                      experts=args.num_experts or LlamaConfig.experts, top_k=args.moe_router_topk,
+                      capacity_factor=args.moe_expert_capacity_factor, seed=args.seed)
+    plan = Plan(dp=dp // ep, pp=pp, tp=tp, cp=cp, ep=ep, sequence_parallel=args.sequence_parallel,
+                virtual=v, schedule="interleaved_1f1b" if v > 1 else "1f1b",
+                micro_batch_size=args.micro_batch_size,
+                global_batch_size=args.global_batch_size, layout=args.cp_layout)
+    check_plan(cfg, plan, world_size=world_size)
+    return cfg, plan
+
+
+def progress(total: int, tokens_per_step: int):
+    """on_step for `train`: rank 0 draws the bar with tokens/s and the loss."""
+    tty = sys.stdout.isatty()
+
+    def on_step(step: int, loss: float, seconds: float) -> None:
+        if dist.get_rank() != 0:
+            return
+        done = round(20 * (step + 1) / total)
+        line = (f"iteration {step + 1:4d}/{total} |{'█' * done}{'░' * (20 - done)}| "
+                f"loss {loss:.6f} | {tokens_per_step / seconds:,.0f} tokens/s")
+        print("\r" + line if tty else line, end="" if tty and step + 1 < total else "\n",
+              flush=True)
+    return on_step
+
+
+def check(cfg: LlamaConfig, plan: Plan, losses: list[float], lr: float) -> int:
+    """Rank 0: the single-device run beside this one; the exit status."""
+    single = train_single(cfg, len(losses), global_batch_size=plan.global_batch_size, lr=lr,
+                          device=rank_device())
+    gaps = [abs(a - b) for a, b in zip(single, losses, strict=True)]
+    worst = max(gaps[:CHECKED_STEPS], default=0.0)
+    ok = worst <= TOLERANCE
+    print(f"check: largest |single - parallel| = {worst:.1e} over the first "
+          f"{min(len(gaps), CHECKED_STEPS)} iterations, tolerance {TOLERANCE:.0e}: "
+          f"{'OK' if ok else 'FAILED'}")
+    if len(gaps) > CHECKED_STEPS:
+        print(f"(after iteration {CHECKED_STEPS} rounding differences grow, not checked: "
+              f"largest {max(gaps[CHECKED_STEPS:]):.1e})")
+    return 0 if ok else 1
+
+
+def init_distributed() -> None:
+    """NCCL when there is a GPU for every process on this node, gloo otherwise."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    dist.init_process_group("nccl" if 0 < local <= gpus else "gloo",
+                            timeout=timedelta(minutes=5))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    init_distributed()
+    status = 0
+    try:
+        cfg, plan = plan_from_args(args, dist.get_world_size())
+        if dist.get_rank() == 0:
+            nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            axes = " × ".join(f"{a} {n}" for a, n in (("DP", plan.dp * plan.ep), (
+                "PP", plan.pp), ("TP", plan.tp), ("CP", plan.cp), ("EP", plan.ep)) if n > 1)
+            print(f"{dist.get_backend()}, {dist.get_world_size()} ranks on {nodes} node(s): "
+                  f"{axes or 'one rank'}{' with SP' if plan.sequence_parallel else ''}, "
+                  f"{plan.schedule}, {args.train_iters} iterations", flush=True)
+        start = time.perf_counter()
+        losses = train(cfg, plan, args.train_iters, lr=args.lr,
+                       on_step=progress(args.train_iters, plan.global_batch_size * cfg.seq))
+        if dist.get_rank() == 0:
+            print(f"trained in {time.perf_counter() - start:.1f} s", flush=True)
+            if args.check:
+                status = check(cfg, plan, losses, args.lr)
+    finally:
+        dist.barrier()  # destroy right after the last collective can abort (NOTES.md)
+        dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""scripts/train.py: Megatron-LM's argument names map onto the grid, and two torchrun "nodes"
+on one machine (c10d rendezvous on 127.0.0.1) train the Llama with the single-device losses."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from parlab.compose import TOLERANCE, Plan, train_single
+from parlab.model import LlamaConfig
+
+SCRIPT = ROOT / "scripts" / "train.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("train_script", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plan(argv: list[str], world: int) -> tuple[LlamaConfig, Plan]:
+    script = _script()
+    return script.plan_from_args(script.parser().parse_args(argv), world)
+
+
+def test_megatron_arguments_map_onto_the_grid():
+    _, plan = _plan(["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size",
+                     "2", "--sequence-parallel"], 8)
+    assert (plan.dp, plan.pp, plan.tp, plan.sequence_parallel) == (2, 2, 2, True)  # DP: rest
+    _, plan = _plan(["--pipeline-model-parallel-size", "2",
+                     "--num-layers-per-virtual-pipeline-stage", "1"], 2)
+    assert (plan.virtual, plan.schedule) == (2, "interleaved_1f1b")
+    cfg, plan = _plan(["--num-experts", "4", "--expert-model-parallel-size", "2",
+                       "--moe-layer-freq", "2", "--context-parallel-size", "2"], 8)
+    assert (plan.dp, plan.ep, plan.cp) == (2, 2, 2) and cfg.moe_layers == (0, 2)  # DP 4 = 2·EP
+    cfg, _ = _plan(["--num-query-groups", "4", "--untie-embeddings-and-output-weights"], 1)
+    assert (cfg.kv_heads, cfg.tied) == (4, False)
+
+
+@pytest.mark.parametrize("argv, world, words", [
+    (["--tensor-model-parallel-size", "4"], 6, "DP is what the world size leaves"),
+    (["--expert-model-parallel-size", "3", "--num-experts", "6"], 4, "multiple of EP"),
+    (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"],
+     2, "virtual"),
+])
+def test_arguments_that_cannot_run_say_why(argv, world, words):
+    with pytest.raises(ValueError, match=words):
+        _plan(argv, world)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ARGS = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+        "--sequence-parallel", "--micro-batch-size", "2", "--global-batch-size", "8",
+        "--train-iters", "3", "--check"]
+
+
+def _two_nodes(tmp: Path, timeout: float) -> list[tuple[int, str]]:
+    """Start both "nodes", wait for both; (exit code, output) each. Both process groups are
+    killed if anything goes wrong or the deadline passes."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    endpoint, rdzv_id = f"127.0.0.1:{_free_port()}", uuid.uuid4().hex[:8]
+    cmd = [str(torchrun), "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, str(SCRIPT), *ARGS]
+    procs, logs = [], [tmp / f"node{i}.log" for i in range(2)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        for log in logs:
+            with open(log, "w") as out:
+                procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                              env=env, start_new_session=True))
+        deadline = time.monotonic() + timeout
+        codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return [(code, log.read_text()) for code, log in zip(codes, logs, strict=True)]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_train_with_the_single_device_losses(tmp_path):
+    start = time.perf_counter()
+    nodes = _two_nodes(tmp_path, timeout=300)
+    output = "\n".join(out for _, out in nodes)
+    assert all(code == 0 for code, _ in nodes), output
+    print(f"two nodes of 4 processes: {time.perf_counter() - start:.0f} s")
+    assert "8 ranks on 2 node(s): DP 2 × PP 2 × TP 2 with SP" in output, output
+    losses = [float(x) for x in re.findall(r"iteration +\d+/3 .* loss ([0-9.]+) \|", output)]
+    assert len(losses) == 3 and "tokens/s" in output, output
+    single = train_single(LlamaConfig(), 3, global_batch_size=8, lr=3e-3)
+    assert max(abs(a - b) for a, b in zip(losses, single, strict=True)) <= TOLERANCE + 1e-6
+    assert f"tolerance {TOLERANCE:.0e}: OK" in output, output
