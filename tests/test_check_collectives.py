@@ -286,3 +286,33 @@ def test_ring_and_time_figures_are_titled():
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
     matplotlib.pyplot.close(fig)
+
+
+NOTEBOOK_PX = 1000  # JupyterLab shows a figure up to about this many pixels wide, else shrinks it
+
+
+def _smallest_label_px(fig) -> float:
+    """The smallest text of a figure in screen pixels, once a notebook has shrunk it to fit."""
+    width_px = fig.get_figwidth() * fig.dpi
+    shrink = min(1.0, NOTEBOOK_PX / width_px)
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+    return min(sizes) * fig.dpi / 72 * shrink
+
+
+@pytest.mark.parametrize("t", [2, 3, 4])
+def test_ring_figure_labels_are_readable_in_a_notebook(t):
+    # the old layout, one row of 2t panels 16.8 in wide in 8 pt, showed its labels at 6 px
+    fig = figures.draw_ring_allreduce(t=t)
+    fig.set_dpi(100)
+    assert _smallest_label_px(fig) >= 10
+    labels = {x.get_text() for x in fig.findobj(matplotlib.text.Text)}
+    assert "Σ" in labels and "rank 0" in labels and "all-gather\nstep 1" in labels
+    matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.parametrize("kind", figures.KINDS)
+def test_collective_figure_labels_are_readable_in_a_notebook(kind):
+    fig = figures.draw_collective(kind, t=4)
+    fig.set_dpi(100)
+    assert _smallest_label_px(fig) >= 10
+    matplotlib.pyplot.close(fig)

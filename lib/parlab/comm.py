@@ -11,9 +11,17 @@ Inside a rank (for instance in a function given to `parlab.launch.run`):
 How it works: `install()` replaces the functions of `torch.distributed` (all_reduce,
 all_gather, send, isend, ...) with thin wrappers that tell every registered listener when a
 call starts and ends. The tracer is one listener; the launcher registers another that keeps
-a one-line status per rank, so a hang can say what each rank was doing. Code that calls
-`dist.all_reduce(...)` is seen; a function imported earlier by name
-(`from torch.distributed import all_reduce`) is not.
+a one-line status per rank, so a hang can say what each rank was doing.
+
+What is seen: a call through `torch.distributed`'s module attributes, `dist.all_reduce(...)`,
+and a name imported from it (`from torch.distributed import isend`) while the tracer is
+installed. In a rank of `parlab.launch.run` that covers a function written in a notebook cell
+either way: the rank installs the tracer before it unpickles the function, and cloudpickle
+ships torch.distributed's functions by reference (module and name), so the rank looks the name
+up and gets the wrapper (tests/test_comm.py). The limit: a name bound to the unwrapped function
+before `install()` ran in the same process is not seen when called there; shipped to a rank,
+cloudpickle copies it by value and the rank runs it unseen too (only the calls it makes
+through torch.distributed's own names are seen).
 
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`:
 all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the full tensor,
@@ -184,12 +192,13 @@ def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
 
 def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
     if kind == "new_group":
-        ranks = args[0] if args else kwargs.get("ranks")
-        members = tuple(ranks) if ranks else tuple(range(dist.get_world_size()))
+        given = args[0] if args else kwargs.get("ranks")
+        members = tuple(given) if given else tuple(range(dist.get_world_size()))
         return Event(kind, len(members), 0, 0.0, members)
     tensor, n = _payload(kind, args, kwargs)
+    ranks: tuple[int, ...]
     if kind in _P2P:
-        ranks: tuple[int, ...] = _peer(args, kwargs)
+        ranks = _peer(args, kwargs)
         size = 2
     else:
         ranks = _group_ranks(kwargs.get("group"))

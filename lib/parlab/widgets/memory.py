@@ -5,7 +5,8 @@ Same pattern as `parlab.widgets` (Explorer, `log_slider`):
     memory_summary(billions, layers, hidden, seq, micro_batch, strategy, dp, gpu, recompute)
         -> summary dict (numbers from parlab.costs.memory / parlab.costs)
     describe_memory(summary) -> str (HTML)
-    plot_memory(summary) -> Figure (a stacked bar per strategy against the GPU's memory)
+    plot_memory(summary) -> Figure (stacked bars per strategy against the GPU's memory,
+        on a linear axis: in full, and cut at 1.6x the GPU's memory)
     memory_explorer(...) -> Explorer
 
 State is 2 + 2 + 12 bytes per parameter, each part divided by dp where the strategy shards it;
@@ -56,12 +57,14 @@ def describe_memory(summary: Summary) -> str:
             f"{', '.join(fitting) or 'none (shard more, or add TP/PP)'}.")
 
 
-def plot_memory(summary: Summary, ax: Axes | None = None) -> Figure:
-    """One stacked bar per strategy (GB per device), the GPU's memory as a dashed line."""
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+def _root(ax: Axes) -> Figure:
     fig = ax.figure
-    s = summary
+    return fig if isinstance(fig, Figure) else fig.get_figure(root=True)
+
+
+def _stacked(ax: Axes, s: Summary, limit: float | None) -> None:
+    """Stacked bars per strategy, GB per device on a linear axis (heights keep their
+    proportions); `limit` cuts the axis there and labels the bars that run past it."""
     names = list(s["bars"])
     bottoms = [0.0] * len(names)
     for part in PARTS:
@@ -69,21 +72,49 @@ def plot_memory(summary: Summary, ax: Axes | None = None) -> Figure:
         ax.bar(names, values, bottom=bottoms, color=COLOURS[part], label=part,
                edgecolor=["black" if n == s["chosen"] else "white" for n in names])
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    ax.axhline(s["capacity"] / 1e9, color="black", ls="--", label=f"{s['gpu']} memory")
-    ax.set_yscale("log")
-    ax.set_ylabel("GB per device (log scale)")
+    cap = s["capacity"] / 1e9
+    ax.axhline(cap, color="black", ls="--", label=f"{s['gpu']} memory ({cap:g} GB)")
+    top = limit if limit is not None else max(*bottoms, cap) * 1.15
+    ax.set_ylim(0, top)
+    for i, total in enumerate(bottoms):
+        if total > top:  # cut: say how tall it really is, inside the top of the bar
+            ax.annotate(f"↑{total:,.0f}", (i, top), ha="center", va="top", fontsize=9,
+                        xytext=(0, -3), textcoords="offset points", color="white")
+        else:
+            ax.annotate(f"{total:,.0f} GB", (i, total), ha="center", va="bottom", fontsize=9,
+                        xytext=(0, 2), textcoords="offset points",
+                        bbox={"fc": "white", "ec": "none", "pad": 0.5, "alpha": 0.8})
+    ax.set_ylabel("GB per device (linear scale)")
     ax.set_xlabel(f"strategy, data-parallel degree {s['dp']}")
-    ax.set_title(f"{s['billions']:g}B params, {s['layers']} layers, h={s['hidden']:,}, "
-                 f"s={s['seq']:,}, b={s['micro_batch']}"
-                 + (", full recomputation" if s["recompute"] else ""))
+
+
+def plot_memory(summary: Summary, ax: Axes | None = None) -> Figure:
+    """Stacked bars per strategy (GB per device, linear) against the GPU's memory (dashed):
+    all of every bar on the left, and the same bars cut at 1.6x the GPU's memory on the right,
+    where the strategies that fit can be read."""
+    s = summary
+    zoom: Axes | None = None
+    if ax is None:
+        fig, (ax, zoom) = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
+    else:
+        fig = _root(ax)
+    _stacked(ax, s, None)
+    ax.set_title("every bar in full")
     ax.legend(fontsize="small", loc="upper right")
+    if zoom is not None:
+        _stacked(zoom, s, 1.6 * s["capacity"] / 1e9)
+        zoom.set_title(f"zoom on 0-{1.6 * s['capacity'] / 1e9:,.0f} GB (↑GB: a bar cut at the top)")
+    fig.suptitle(f"{s['billions']:g}B params, {s['layers']} layers, h={s['hidden']:,}, "
+                 f"s={s['seq']:,}, b={s['micro_batch']}"
+                 + (", full recomputation" if s["recompute"] else ", no recomputation"),
+                 fontsize=11)
     return fig
 
 
 def memory_explorer(billions: float = 70.0, layers: int = 80, hidden: int = 8192,
                     seq: int = 4096, micro_batch: int = 1, strategy: str = "zero3",
                     dp: int = 32, gpu: str = "H100 80 GB", recompute: bool = True) -> Explorer:
-    """The calculator: defaults are seed 003's practice problem (70B on 32 H100s)."""
+    """The calculator: defaults are the 70B practice problem (70B on 32 H100s of 80 GB)."""
     controls = {
         "billions": log_slider("params (B)", billions, 10, -1, 3, 0.01, ".3g"),
         "layers": widgets.IntSlider(value=layers, min=1, max=160, description="layers"),
