@@ -33,8 +33,13 @@ def test_explorer_redraws_on_change():
     assert w.summary["totals"]["zero3"] > before
     ax = w.figure.axes[0]
     assert ax.get_ylabel() and ax.get_title() and ax.get_legend() is not None
-    w.controls["recompute"].value = False
+    w.controls["recompute"].value = "none"
     assert "does <b>not</b> fit" in w.html.value
+    w.controls["dp"].value = 32
+    w.controls["recompute"].value = "selective"  # 80 x 34 sbh = 91 GB of activations
+    assert not w.summary["fits"]["zero3"]
+    act = 80 * 34 * 4096 * 8192
+    assert w.summary["bars"]["zero3"]["activations"] == pytest.approx(act)
 
 
 def test_bars_are_linear_and_keep_their_proportions():

@@ -10,8 +10,8 @@ Same pattern as `parlab.widgets` (Explorer, `log_slider`):
     memory_explorer(...) -> Explorer
 
 State is 2 + 2 + 12 bytes per parameter, each part divided by dp where the strategy shards it;
-activations are bf16, $sbh(34 + 5as/h)$ per layer ($2sbh$ per layer plus one layer's worth
-with full recomputation), never divided by dp.
+activations are bf16, $sbh(34 + 5as/h)$ per layer ($34sbh$ with selective recomputation,
+$2sbh$ per layer plus one layer's worth with full recomputation), never divided by dp.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from parlab import costs
-from parlab.costs.memory import GPUS, PARTS, device_memory
+from parlab.costs.memory import GPUS, PARTS, RECOMPUTE, device_memory, recompute_mode
 from parlab.widgets.explorer import Explorer, Summary, log_slider
 
 COLOURS = dict(zip(PARTS, ("tab:blue", "tab:orange", "tab:red", "tab:green"), strict=True))
@@ -30,9 +30,10 @@ DEGREES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def memory_summary(billions: float, layers: int, hidden: int, seq: int, micro_batch: int,
-                   strategy: str, dp: int, gpu: str, recompute: bool = False) -> Summary:
+                   strategy: str, dp: int, gpu: str, recompute: bool | str = False) -> Summary:
     """Keys: the inputs; "n_params"; "capacity" (bytes); "bars" {strategy: {part: bytes}};
-    "totals" {strategy: bytes}; "fits" {strategy: bool}; "chosen" (= strategy)."""
+    "totals" {strategy: bytes}; "fits" {strategy: bool}; "chosen" (= strategy). `recompute`
+    is "none", "selective" or "full" (False and True mean none and full)."""
     n = billions * 1e9
     bars = {s: device_memory(n, layers=layers, hidden=hidden, seq=seq, micro_batch=micro_batch,
                              strategy=s, dp=dp, recompute=recompute) for s in costs.STRATEGIES}
@@ -40,7 +41,7 @@ def memory_summary(billions: float, layers: int, hidden: int, seq: int, micro_ba
     capacity = GPUS[gpu]
     return {"billions": billions, "layers": layers, "hidden": hidden, "seq": seq,
             "micro_batch": micro_batch, "strategy": strategy, "dp": dp, "gpu": gpu,
-            "recompute": recompute, "n_params": n, "capacity": capacity, "bars": bars,
+            "recompute": recompute_mode(recompute), "n_params": n, "capacity": capacity, "bars": bars,
             "totals": totals, "fits": {s: v <= capacity for s, v in totals.items()},
             "chosen": strategy}
 
@@ -105,15 +106,14 @@ def plot_memory(summary: Summary, ax: Axes | None = None) -> Figure:
         _stacked(zoom, s, 1.6 * s["capacity"] / 1e9)
         zoom.set_title(f"zoom on 0-{1.6 * s['capacity'] / 1e9:,.0f} GB (↑GB: a bar cut at the top)")
     fig.suptitle(f"{s['billions']:g}B params, {s['layers']} layers, h={s['hidden']:,}, "
-                 f"s={s['seq']:,}, b={s['micro_batch']}"
-                 + (", full recomputation" if s["recompute"] else ", no recomputation"),
-                 fontsize=11)
+                 f"s={s['seq']:,}, b={s['micro_batch']}, recomputation: {s['recompute']}", fontsize=11)
     return fig
 
 
 def memory_explorer(billions: float = 70.0, layers: int = 80, hidden: int = 8192,
                     seq: int = 4096, micro_batch: int = 1, strategy: str = "zero3",
-                    dp: int = 32, gpu: str = "H100 80 GB", recompute: bool = True) -> Explorer:
+                    dp: int = 32, gpu: str = "H100 80 GB",
+                    recompute: bool | str = "full") -> Explorer:
     """The calculator: defaults are the 70B practice problem (70B on 32 H100s of 80 GB)."""
     controls = {
         "billions": log_slider("params (B)", billions, 10, -1, 3, 0.01, ".3g"),
@@ -128,6 +128,7 @@ def memory_explorer(billions: float = 70.0, layers: int = 80, hidden: int = 8192
                                      description="strategy"),
         "dp": widgets.SelectionSlider(options=list(DEGREES), value=dp, description="degree"),
         "gpu": widgets.Dropdown(options=list(GPUS), value=gpu, description="GPU"),
-        "recompute": widgets.Checkbox(value=recompute, description="full recomputation"),
+        "recompute": widgets.Dropdown(options=list(RECOMPUTE), value=recompute_mode(recompute),
+                                      description="recompute"),
     }
     return Explorer(controls, memory_summary, describe_memory, plot_memory)

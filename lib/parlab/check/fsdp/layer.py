@@ -137,7 +137,7 @@ def _check_shard(numel: int, shard: torch.Tensor | None, flat: torch.Tensor, ran
         fail(f"the layer holds {numel} parameter elements, expected its shard of "
              f"{flat.numel()}/{d} = {n}", rank=rank, hint="each rank keeps one nn.Parameter, "
              "its shard (P/d,): the whole weight must not be a parameter of the layer, and "
-             "the shard's size comes from the layer (P = out*(in+1)), not from a fixed number")
+             "the shard's size comes from the layer (P = out*(in+1)), never a fixed number")
     if not torch.equal(shard, flat[rank * n:(rank + 1) * n]):
         fail("the shard holds the wrong elements of the flat parameter", rank=rank,
              hint=shard_story(shard, flat, rank, d) + OFFSET)

@@ -42,7 +42,8 @@ from parlab.check.fsdp.common import (
 
 __all__ = ["check_flat_shards", "OFFSET", "VIEW"]
 
-OFFSET = "rank r's shard is elements r*n:(r+1)*n of the flat [vec W; b], n = P/d"
+OFFSET = ("rank r's shard is elements r*n:(r+1)*n of the flat [vec W; b], n = P/d with P = "
+          "flat.numel(), never a fixed number")
 VIEW = ("take_shard returned a view of flat (flat[a:b] without .clone()): a view keeps the "
         "whole flat vector alive, so every rank would still hold all P elements; return "
         "flat[a:b].clone()")
@@ -77,11 +78,12 @@ def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: 
         label = f"take_shard(flat of {numel} elements, rank={rank}, t={d})"
         got = call(label, take_shard, flat, rank, d, refs=dp_references(), what=DP_WHAT,
                    hint="n = flat.numel() // t; return flat[rank * n:(rank + 1) * n].clone()")
-        assert_unchanged(before, flat, name=f"flat (in {label})")
+        assert_unchanged(before, flat, name=f"flat (in {label})", rank=rank)
         if not isinstance(got, torch.Tensor) or got.shape != (n,):
             fail(f"{label} returned {type(got).__name__} of shape "
                  f"{tuple(getattr(got, 'shape', ()))}, expected a tensor of shape ({n},)",
-                 hint=f"each rank keeps n = P/t = {numel}/{d} = {n} elements: {OFFSET}")
+                 rank=rank, hint=f"each rank keeps n = P/t = {numel}/{d} = {n} elements: "
+                 + OFFSET)
         if not torch.equal(got, before[rank * n:(rank + 1) * n]):
             fail(f"{label} holds the wrong elements", rank=rank,
                  hint=shard_story(got, before, rank, d) + OFFSET)
