@@ -95,7 +95,8 @@ def _call(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
     return call_learner(stage, fn, *args, refuse=REFUSED, refusal=WHAT)
 
 
-def _number(got: Any, want: float, call: str, hints: dict[float, str]) -> None:
+def _number(got: Any, want: float, call: str, hints: dict[float, str],
+            worked: float | None = None) -> None:
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
         fail(f"{call} returned {type(got).__name__} ({got!r:.40}), expected a number "
              f"({want:.6g})", hint="return a plain float (a tensor or a string is not a number "
@@ -105,6 +106,9 @@ def _number(got: Any, want: float, call: str, hints: dict[float, str]) -> None:
         return
     ratio = got / want if want else float("nan")
     hint = next((h for r, h in hints.items() if math.isclose(ratio, r, rel_tol=1e-6)), None)
+    if worked is not None and math.isclose(got, worked, rel_tol=1e-6):
+        hint = ("that is the worked example's value, whatever the arguments: compute the result "
+                "from the arguments (the hidden tests use other sizes, devices and links)")
     fail(f"{call} = {got:.9g}, expected {want:.9g} (ratio got/expected = {ratio:.4g})",
          hint=hint or "compare your formula with the text's derivation, term by term; the "
          "check compared at the worked example's numbers first, then at random points")
@@ -118,15 +122,22 @@ def check_intensities(tp_intensity: Callable, dp_intensity: Callable,
     for fn, name in ((tp_intensity, "tp_intensity"), (dp_intensity, "dp_intensity"),
                      (link_requirement, "link_requirement")):
         _not_the_course(fn, name)
+    worked_tp = costs.tp_flops_per_byte(WORKED_POINT["h"])
+    worked_dp = costs.dp_flops_per_byte(WORKED_POINT["n_tokens"])
+    worked_links = [costs.required_flops_per_byte(WORKED_POINT["flops_per_s"], b) for b in LINKS]
     for p in _points(random_points, seed):
         h, n, f, b = p["h"], p["n_tokens"], p["flops_per_s"], p["bytes_per_s"]
         _number(_call(f"tp_intensity({h})", tp_intensity, h), costs.tp_flops_per_byte(h),
-                f"tp_intensity({h})", _tp_hints(h))
+                f"tp_intensity({h})", _tp_hints(h), worked_tp)
         _number(_call(f"dp_intensity({n:g})", dp_intensity, n), costs.dp_flops_per_byte(n),
-                f"dp_intensity({n:g})", _DP_HINTS)
+                f"dp_intensity({n:g})", _DP_HINTS, worked_dp)
         req = costs.required_flops_per_byte(f, b)
         call = f"link_requirement({f:.4g}, {b:.4g})"
-        _number(_call(call, link_requirement, f, b), req, call, _link_hints(req))
+        got = _call(call, link_requirement, f, b)
+        fixed = next((w for w in worked_links if isinstance(got, numbers.Real)
+                      and math.isclose(float(got), w, rel_tol=1e-6)), None) \
+            if p["flops_per_s"] != WORKED_POINT["flops_per_s"] else None  # a random point
+        _number(got, req, call, _link_hints(req), fixed)
     if not quiet:
         print(f"intensities OK at {len(_points(random_points, seed))} points")
 

@@ -151,8 +151,12 @@ def _check_bytes(results: list, t: int, numel: int, dtype: torch.dtype) -> str:
     total, most = 2 * (t - 1) * n, 2 * (t - 1) * math.ceil(numel / t) * es
     if sum(sent) == total and max(sent) <= most:
         return ""
+    why = ("are you sending whole tensors instead of 1/t chunks?" if max(sent) > most else
+           "did you skip the all-gather phase?" if 2 * sum(sent) == total else
+           "a ring makes 2(t-1) sends of one chunk each")
     return (f"\nthe ranks sent {', '.join(f'{s:,.0f}' for s in sent)} B but a ring sends "
-            f"2(t-1)*n = {total:,} B in all, at most {most:,} B per rank (one chunk per step)")
+            f"2(t-1)*n = {total:,} B in all, at most {most:,} B per rank (one chunk per step): "
+            + why)
 
 
 @exercise("ring_allreduce")
