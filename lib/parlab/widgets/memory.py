@@ -41,8 +41,8 @@ def memory_summary(billions: float, layers: int, hidden: int, seq: int, micro_ba
     capacity = GPUS[gpu]
     return {"billions": billions, "layers": layers, "hidden": hidden, "seq": seq,
             "micro_batch": micro_batch, "strategy": strategy, "dp": dp, "gpu": gpu,
-            "recompute": recompute_mode(recompute), "n_params": n, "capacity": capacity, "bars": bars,
-            "totals": totals, "fits": {s: v <= capacity for s, v in totals.items()},
+            "recompute": recompute_mode(recompute), "n_params": n, "capacity": capacity,
+            "bars": bars, "totals": totals, "fits": {s: v <= capacity for s, v in totals.items()},
             "chosen": strategy}
 
 
@@ -106,7 +106,8 @@ def plot_memory(summary: Summary, ax: Axes | None = None) -> Figure:
         _stacked(zoom, s, 1.6 * s["capacity"] / 1e9)
         zoom.set_title(f"zoom on 0-{1.6 * s['capacity'] / 1e9:,.0f} GB (↑GB: a bar cut at the top)")
     fig.suptitle(f"{s['billions']:g}B params, {s['layers']} layers, h={s['hidden']:,}, "
-                 f"s={s['seq']:,}, b={s['micro_batch']}, recomputation: {s['recompute']}", fontsize=11)
+                 f"s={s['seq']:,}, b={s['micro_batch']}, recomputation: {s['recompute']}",
+                 fontsize=11)
     return fig
 
 
