@@ -13,15 +13,10 @@ all_gather, send, isend, ...) with thin wrappers that tell every registered list
 call starts and ends. The tracer is one listener; the launcher registers another that keeps
 a one-line status per rank, so a hang can say what each rank was doing.
 
-What is seen: a call through `torch.distributed`'s module attributes, `dist.all_reduce(...)`,
-and a name imported from it (`from torch.distributed import isend`) while the tracer is
-installed. In a rank of `parlab.launch.run` that covers a function written in a notebook cell
-either way: the rank installs the tracer before it unpickles the function, and cloudpickle
-ships torch.distributed's functions by reference (module and name), so the rank looks the name
-up and gets the wrapper (tests/test_comm.py). The limit: a name bound to the unwrapped function
-before `install()` ran in the same process is not seen when called there; shipped to a rank,
-cloudpickle copies it by value and the rank runs it unseen too (only the calls it makes
-through torch.distributed's own names are seen).
+Seen: `dist.isend(...)`, and a name imported from torch.distributed while the tracer is
+installed; a rank of `parlab.launch.run` installs it before it unpickles the function, so a
+notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
+name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
 
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`:
 all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the full tensor,
