@@ -20,7 +20,7 @@ from parlab.errors import reference_message
 
 __all__ = ["DP_WHAT", "PLAN_WHAT", "COSTS_WHAT", "ALL_REDUCE", "KIND", "dp_references",
            "plan_references", "cost_references", "not_the_course", "call", "env", "cpu",
-           "close", "kinds"]
+           "close", "kinds", "what"]
 
 DP_WHAT = "parlab.dp.fsdp (the course's FSDP shards, collectives and layer)"
 PLAN_WHAT = ("parlab.dp.fsdp's planner (plan_reshard, reshard_bytes) or "
@@ -85,6 +85,13 @@ def cpu(x: Any) -> Any:
 def close(got: Any, ref: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     return (isinstance(got, torch.Tensor) and got.shape == ref.shape
             and bool(torch.allclose(got.double(), ref.double(), rtol=rtol, atol=atol)))
+
+
+def what(x: Any) -> str:
+    """'a tensor of shape (4,)' or 'a list': how a learner's answer reads in a message."""
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)}"
+    return f"a {type(x).__name__}"
 
 
 def kinds(events: Sequence[Any]) -> list[tuple[str, float]]:

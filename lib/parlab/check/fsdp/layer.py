@@ -42,6 +42,7 @@ from parlab.check.fsdp.common import (
     env,
     kinds,
     not_the_course,
+    what,
 )
 from parlab.check.fsdp.shards import OFFSET, VIEW, shard_story
 from parlab.errors import reference_message
@@ -150,10 +151,14 @@ def _check_step(res: dict, ref: dict, rank: int, d: int) -> None:
         fail(f"the forward made these collective calls: {names or 'none'}; expected "
              "all-gathers only", rank=rank, hint="forward all-gathers the shards into the "
              "flat parameter (all_gather_flat: dist.all_gather, then torch.cat)")
-    if not close(res["y"], ref["y"][rank]):
-        fail(f"the forward output {tuple(getattr(res['y'], 'shape', ()))} differs from "
-             "x W^T + b", rank=rank, hint="unflatten the gathered vector as W = "
-             "flat[:out*in].view(out, in), b = flat[out*in:]")
+    y, y_ref = res["y"], ref["y"][rank]
+    if not isinstance(y, torch.Tensor) or y.shape != y_ref.shape:
+        fail(f"FSDPLinear.forward returned {what(y)}, expected a tensor of shape "
+             f"{tuple(y_ref.shape)}", rank=rank, hint="return the output of "
+             "FSDPLinearFunction.apply(x, self.shard, ...): y = x W^T + b, (N, out)")
+    if not close(y, y_ref):
+        fail("the forward output differs from x W^T + b", rank=rank, hint="unflatten the "
+             "gathered vector as W = flat[:out*in].view(out, in), b = flat[out*in:]")
     if "backward" not in res:
         fail("the forward output does not require grad, so nothing can flow back to the shard",
              rank=rank, hint="return the output of FSDPLinearFunction.apply(x, self.shard, "

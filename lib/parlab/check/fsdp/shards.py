@@ -38,6 +38,7 @@ from parlab.check.fsdp.common import (
     env,
     kinds,
     not_the_course,
+    what,
 )
 
 __all__ = ["check_flat_shards", "OFFSET", "VIEW"]
@@ -80,8 +81,7 @@ def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: 
                    hint="n = flat.numel() // t; return flat[rank * n:(rank + 1) * n].clone()")
         assert_unchanged(before, flat, name=f"flat (in {label})", rank=rank)
         if not isinstance(got, torch.Tensor) or got.shape != (n,):
-            fail(f"{label} returned {type(got).__name__} of shape "
-                 f"{tuple(getattr(got, 'shape', ()))}, expected a tensor of shape ({n},)",
+            fail(f"{label} returned {what(got)}, expected a tensor of shape ({n},)",
                  rank=rank, hint=f"each rank keeps n = P/t = {numel}/{d} = {n} elements: "
                  + OFFSET)
         if not torch.equal(got, before[rank * n:(rank + 1) * n]):
@@ -130,11 +130,11 @@ def _check_gather(res: dict, flat: torch.Tensor, rank: int, d: int) -> None:
              rank=rank, hint="torch.cat(parts), not torch.stack(parts): the flat vector is 1-D")
     if not isinstance(got, torch.Tensor) or not torch.equal(got, flat):
         own = isinstance(got, torch.Tensor) and got.shape == (n,)
-        fail(f"all_gather_flat(shard) returned {tuple(getattr(got, 'shape', ()))}, not the "
-             f"flat vector ({flat.numel()},) of every rank's shard in rank order", rank=rank,
+        fail(f"all_gather_flat(shard) returned {what(got)}, not the flat vector "
+             f"({flat.numel()},) of every rank's shard in rank order", rank=rank,
              hint="you returned this rank's shard only: return torch.cat(parts)" if own else
-             "dist.all_gather(parts, shard) fills parts[q] with rank q's shard: concatenate "
-             "parts in that order")
+             "dist.all_gather(parts, shard) fills parts[q] with rank q's shard: return "
+             "torch.cat(parts), the parts in that order")
     if res["shard_changed"]:
         fail("all_gather_flat modified its input shard in place", rank=rank,
              hint="gather into new buffers (torch.empty_like(shard)); the shard is the "
@@ -152,8 +152,8 @@ def _check_scatter(res: dict, want: torch.Tensor, rank: int, d: int) -> None:
             hint = "yours is t times the mean: the reduce-scatter sums; divide by t"
         elif isinstance(got, torch.Tensor) and got.numel() == d * want.numel():
             hint = "return this rank's shard (P/t,), not the whole gradient"
-        fail(f"reduce_scatter_flat(grad) returned {tuple(getattr(got, 'shape', ()))}, not "
-             "rank r's shard of the mean gradient over ranks", rank=rank, hint=hint)
+        fail(f"reduce_scatter_flat(grad) returned {what(got)}, not rank r's shard of the mean "
+             "gradient over ranks", rank=rank, hint=hint)
     if res["grad_changed"]:
         fail("reduce_scatter_flat modified its input grad in place (a `grad /= t`?)",
              rank=rank, hint="divide the result, not the input: out / t")
