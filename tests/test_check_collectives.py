@@ -20,10 +20,10 @@ import torch.distributed as dist
 from parlab import costs
 from parlab.check import CheckFailed
 from parlab.check.collectives import (
-    _decode,
     check_intensities,
     check_placement,
     check_ring_allreduce,
+    decode,
     make_input,
 )
 from parlab.widgets import figures
@@ -181,9 +181,9 @@ def test_reexport_is_rejected():
 def test_tagged_input_decodes():
     t, n = 4, 8
     xs = [make_input("tagged", r, t, n, torch.float64) for r in range(t)]
-    assert _decode(float(xs[1][5] + xs[2][5]), t) == ([0, 1, 1, 0], 5)
-    assert _decode(float(2 * xs[0][3]), t) == ([2, 0, 0, 0], 3)
-    assert _decode(float(xs[0][3] + xs[1][4]), t) is None  # mixed elements
+    assert decode(float(xs[1][5] + xs[2][5]), t) == ([0, 1, 1, 0], 5)
+    assert decode(float(2 * xs[0][3]), t) == ([2, 0, 0, 0], 3)
+    assert decode(float(xs[0][3] + xs[1][4]), t) is None  # mixed elements
 
 
 # --- interconnect functions ------------------------------------------------------------------
@@ -215,13 +215,18 @@ def test_reference_interconnect_passes():
 
 @pytest.mark.parametrize("tp,dp,link,needle", [
     (lambda h: float(h) ** 2, dp_ok, link_ok, "divide by the bytes moved"),
-    (tp_ok, lambda n: 6.0 * n, link_ok, "6PN_tok / 2P = 3*N_tok"),
-    (tp_ok, lambda n: float(n), link_ok, "6PN_tok / 2P = 3*N_tok"),
+    (tp_ok, lambda n: 6.0 * n, link_ok, "you counted the all-reduce as P"),
+    (tp_ok, lambda n: float(n), link_ok, "you counted the forward pass only"),
+    (tp_ok, lambda n: 1.5 * n, link_ok, "bf16 bytes"),
+    (tp_ok, lambda n: 1.5 * n, link_ok, "3P FLOPs per token instead of 6P"),
+    (lambda h: 1 / h, dp_ok, link_ok, "inverted"),
+    (lambda h: 9 * h / 14, dp_ok, link_ok, "constants kept"),
     (tp_ok, dp_ok, lambda f, b: b / f, "inverted"),
     (tp_ok, dp_ok, lambda f, b: f / (b / 1e9), "off by 1e9"),
     (tp_ok, dp_ok, lambda f, b: f / (b / 2), "use bytes_per_s as given"),
     (tp_ok, dp_ok, lambda f, b: str(f / b), "expected a number"),
-], ids=["tp-squared", "dp-6n", "dp-n", "link-inverted", "link-units", "link-halved", "str"])
+], ids=["tp-squared", "dp-6n", "dp-n", "dp-bytes", "dp-3p", "tp-inverted", "tp-constants",
+         "link-inverted", "link-units", "link-halved", "str"])
 def test_wrong_intensities_are_caught(tp, dp, link, needle):
     with pytest.raises(CheckFailed) as info:
         check_intensities(tp, dp, link, quiet=True)
@@ -280,4 +285,34 @@ def test_ring_and_time_figures_are_titled():
     fig = figures.plot_allreduce_time([1e6, 1e9], alpha=5e-6, bandwidth=50e9)
     ax = fig.axes[0]
     assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    matplotlib.pyplot.close(fig)
+
+
+NOTEBOOK_PX = 1000  # JupyterLab shows a figure up to about this many pixels wide, else shrinks it
+
+
+def _smallest_label_px(fig) -> float:
+    """The smallest text of a figure in screen pixels, once a notebook has shrunk it to fit."""
+    width_px = fig.get_figwidth() * fig.dpi
+    shrink = min(1.0, NOTEBOOK_PX / width_px)
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+    return min(sizes) * fig.dpi / 72 * shrink
+
+
+@pytest.mark.parametrize("t", [2, 3, 4])
+def test_ring_figure_labels_are_readable_in_a_notebook(t):
+    # the old layout, one row of 2t panels 16.8 in wide in 8 pt, showed its labels at 6 px
+    fig = figures.draw_ring_allreduce(t=t)
+    fig.set_dpi(100)
+    assert _smallest_label_px(fig) >= 10
+    labels = {x.get_text() for x in fig.findobj(matplotlib.text.Text)}
+    assert "Σ" in labels and "rank 0" in labels and "all-gather\nstep 1" in labels
+    matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.parametrize("kind", figures.KINDS)
+def test_collective_figure_labels_are_readable_in_a_notebook(kind):
+    fig = figures.draw_collective(kind, t=4)
+    fig.set_dpi(100)
+    assert _smallest_label_px(fig) >= 10
     matplotlib.pyplot.close(fig)

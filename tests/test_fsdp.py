@@ -88,3 +88,17 @@ def test_activations_with_and_without_recompute():
     assert memory.activation_bytes(L, h, s, b, heads=a) == pytest.approx(L * per_layer)
     assert memory.activation_bytes(L, h, s, b, heads=a, recompute=True) == pytest.approx(
         L * 2 * s * b * h + per_layer)
+
+
+def test_selective_recomputation_keeps_34_sbh_per_layer():
+    b, s, h, a, L = 1, 4096, 8192, 64, 80
+    sbh = s * b * h
+    selective = memory.activation_bytes(L, h, s, b, heads=a, recompute="selective")
+    assert selective == pytest.approx(L * 34 * sbh)  # the 5as/h scores term recomputed
+    none = memory.activation_bytes(L, h, s, b, heads=a, recompute="none")
+    assert none == memory.activation_bytes(L, h, s, b, heads=a) == pytest.approx(
+        L * sbh * (34 + 5 * a * s / h))
+    assert memory.activation_bytes(L, h, s, b, heads=a, recompute="full") == \
+        memory.activation_bytes(L, h, s, b, heads=a, recompute=True)
+    with pytest.raises(ValueError, match="selective"):
+        memory.activation_bytes(L, h, s, b, heads=a, recompute="some")

@@ -26,7 +26,7 @@ def test_summary_numbers_by_hand():
     assert s["dp_verdict"] == "compute-bound with 600x headroom"
 
 
-def test_explorer_defaults_are_seed_000_nvlink_case():
+def test_explorer_defaults_are_the_worked_nvlink_case():
     w = widgets.interconnect_explorer()
     assert isinstance(w, ipw.VBox)
     assert w.preset in w.children and all(c in w.children for c in w.controls.values())

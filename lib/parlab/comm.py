@@ -11,9 +11,12 @@ Inside a rank (for instance in a function given to `parlab.launch.run`):
 How it works: `install()` replaces the functions of `torch.distributed` (all_reduce,
 all_gather, send, isend, ...) with thin wrappers that tell every registered listener when a
 call starts and ends. The tracer is one listener; the launcher registers another that keeps
-a one-line status per rank, so a hang can say what each rank was doing. Code that calls
-`dist.all_reduce(...)` is seen; a function imported earlier by name
-(`from torch.distributed import all_reduce`) is not.
+a one-line status per rank, so a hang can say what each rank was doing.
+
+Seen: `dist.isend(...)`, and a name imported from torch.distributed while the tracer is
+installed; a rank of `parlab.launch.run` installs it before it unpickles the function, so a
+notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
+name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
 
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`:
 all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the full tensor,
@@ -184,12 +187,13 @@ def _peer(args: tuple, kwargs: dict) -> tuple[int, ...]:
 
 def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
     if kind == "new_group":
-        ranks = args[0] if args else kwargs.get("ranks")
-        members = tuple(ranks) if ranks else tuple(range(dist.get_world_size()))
+        given = args[0] if args else kwargs.get("ranks")
+        members = tuple(given) if given else tuple(range(dist.get_world_size()))
         return Event(kind, len(members), 0, 0.0, members)
     tensor, n = _payload(kind, args, kwargs)
+    ranks: tuple[int, ...]
     if kind in _P2P:
-        ranks: tuple[int, ...] = _peer(args, kwargs)
+        ranks = _peer(args, kwargs)
         size = 2
     else:
         ranks = _group_ranks(kwargs.get("group"))

@@ -8,7 +8,8 @@ Replaces reduce_scatter_flat (exercise 2).
 
 import torch.distributed as dist
 
-CAUGHT_BY = {"check_fsdp_layer": "the gradients were all-reduced instead of reduce-scattered"}
+CAUGHT_BY = {"check_flat_shards": "the gradients were all-reduced instead of reduce-scattered",
+             "check_fsdp_layer": "the gradients were all-reduced instead of reduce-scattered"}
 
 
 def reduce_scatter_flat(grad):

@@ -6,7 +6,8 @@ parameter repeats elements and the layer computes with the wrong weights.
 Replaces take_shard (exercise 2).
 """
 
-CAUGHT_BY = {"check_fsdp_layer": "rank r's shard is elements r*n:(r+1)*n"}
+CAUGHT_BY = {"check_flat_shards": "rank r's shard is elements r*n:(r+1)*n",
+             "check_fsdp_layer": "rank r's shard is elements r*n:(r+1)*n"}
 
 
 def take_shard(flat, rank, t):

@@ -37,19 +37,20 @@ CALLS = {
     "broadcast": "dist.broadcast(x, src=0)",
     "send_recv": "rank 0: dist.send(x, dst=1)   rank 1: dist.recv(x, src=0)",
 }
-SUM = "sum"
-Box = tuple[str, object] | None  # (label, colour key: a rank or SUM), None = nothing there
+SUM = -1  # colour key of a complete sum (grey); a rank's own pieces use the rank number
+Box = tuple[str, int] | None  # (label, colour key: a rank or SUM), None = nothing there
 Grid = list[list[Box]]  # [rank][slot]
+MAX_WIDTH_IN = 10.0  # a notebook shows about 10 inches at 100 dpi without scaling the figure down
 
 
 def _letter(rank: int) -> str:
     return "abcdefghijklmnopqrstuvwxyz"[rank % 26]
 
 
-def _colour(key: object) -> object:
+def _colour(key: int) -> str | tuple[float, float, float, float]:
     if key == SUM:
         return "0.78"
-    return plt.get_cmap("tab10")(int(key) % 10)
+    return plt.get_cmap("tab10")(key % 10)
 
 
 def collective_states(kind: str, t: int = 4) -> tuple[Grid, Grid]:
@@ -59,23 +60,27 @@ def collective_states(kind: str, t: int = 4) -> tuple[Grid, Grid]:
     if kind == "send_recv":
         return [[("a", 0)], [None]], [[("a", 0)], [("a", 0)]]
     if kind == "broadcast":
-        before: Grid = [[("a", 0)]] + [[None] for _ in range(1, t)]
+        first: list[Box] = [("a", 0)]
+        before: Grid = [first] + [[None] for _ in range(1, t)]
         return before, [[("a", 0)] for _ in range(t)]
-    full = [[(f"{_letter(r)}{j}", r) for j in range(t)] for r in range(t)]
-    total = [(f"Σ{j}", SUM) for j in range(t)]
+    full: Grid = [[(f"{_letter(r)}{j}", r) for j in range(t)] for r in range(t)]
+    total: list[Box] = [(f"Σ{j}", SUM) for j in range(t)]
     if kind == "all_reduce":
         return full, [list(total) for _ in range(t)]
     if kind == "reduce_scatter":
         return full, [[total[j] if j == r else None for j in range(t)] for r in range(t)]
     if kind == "all_gather":
-        own = [[(_letter(r), r) if j == r else None for j in range(t)] for r in range(t)]
-        return own, [[(_letter(j), j) for j in range(t)] for _ in range(t)]
+        own: Grid = [[(_letter(r), r) if j == r else None for j in range(t)] for r in range(t)]
+        gathered: Grid = [[(_letter(j), j) for j in range(t)] for _ in range(t)]
+        return own, gathered
     # all_to_all: rank r's chunk j is for rank j; rank r ends with every rank's chunk r
-    return full, [[(f"{_letter(j)}{r}", j) for j in range(t)] for r in range(t)]
+    moved: Grid = [[(f"{_letter(j)}{r}", j) for j in range(t)] for r in range(t)]
+    return full, moved
 
 
-def _draw_grid(ax: Axes, grid: Grid, title: str, *, bold: set[tuple[int, int]] = frozenset(),
-               fontsize: float = 10) -> None:
+def _draw_grid(ax: Axes, grid: Grid, title: str, *,
+               bold: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
+               fontsize: float = 10, ranks: bool = True, chunks: bool = True) -> None:
     rows, cols = len(grid), max(len(row) for row in grid)
     for r, row in enumerate(grid):
         for j, box in enumerate(row):
@@ -92,24 +97,28 @@ def _draw_grid(ax: Axes, grid: Grid, title: str, *, bold: set[tuple[int, int]] =
             ax.text(j + 0.5, y + 0.5, label, ha="center", va="center", fontsize=fontsize)
     ax.set_xlim(0, cols)
     ax.set_ylim(0, rows)
-    ax.set_yticks([rows - 1 - r + 0.5 for r in range(rows)],
-                  [f"rank {r}" for r in range(rows)])
-    if cols > 1:
+    if ranks:
+        ax.set_yticks([rows - 1 - r + 0.5 for r in range(rows)],
+                      [f"rank {r}" for r in range(rows)])
+    else:
+        ax.set_yticks([])
+    if cols > 1 and chunks:
         ax.set_xticks([j + 0.5 for j in range(cols)], [str(j) for j in range(cols)])
         ax.set_xlabel("chunk")
     else:
         ax.set_xticks([])
-    ax.tick_params(length=0)
+    ax.tick_params(length=0, labelsize=10)
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
 
 
 def draw_collective(kind: str, t: int = 4) -> Figure:
     """Before -> after boxes for one collective on t ranks (send_recv always uses 2)."""
     before, after = collective_states(kind, t)
     rows, cols = len(before), len(before[0])
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(2.2 + 1.3 * cols * 2, 1.2 + 0.55 * rows),
+    width = min(MAX_WIDTH_IN, 2.2 + 1.1 * cols * 2)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(width, 1.3 + 0.55 * rows),
                                    layout="constrained")
     _draw_grid(ax0, before, "before")
     _draw_grid(ax1, after, "after")
@@ -123,15 +132,19 @@ def draw_collective(kind: str, t: int = 4) -> Figure:
     return fig
 
 
-def ring_allreduce_states(t: int) -> list[tuple[str, list[list[frozenset]], set]]:
+Held = list[list[frozenset[int]]]  # [rank][chunk] -> the ranks whose values it sums
+
+
+def ring_allreduce_states(t: int) -> list[tuple[str, Held, set[tuple[int, int]]]]:
     """Symbolic ring all-reduce: after each step, the set of ranks summed in every chunk.
 
     Step s of the reduce-scatter: rank r sends chunk (r - s) % t to rank r + 1, which adds it
     into its own copy. Step s of the all-gather: rank r sends the finished chunk
     (r + 1 - s) % t, which rank r + 1 copies. Returns (title, held[rank][chunk], updated boxes).
     """
-    held = [[frozenset({r}) for _ in range(t)] for r in range(t)]
-    out = [("start", [row[:] for row in held], set())]
+    held: Held = [[frozenset({r}) for _ in range(t)] for r in range(t)]
+    out: list[tuple[str, Held, set[tuple[int, int]]]] = [("start", [row[:] for row in held],
+                                                           set())]
     for phase in ("reduce-scatter", "all-gather"):
         for s in range(t - 1):
             sent = [(r, (r - s) % t if phase == "reduce-scatter" else (r + 1 - s) % t)
@@ -142,7 +155,7 @@ def ring_allreduce_states(t: int) -> list[tuple[str, list[list[frozenset]], set]
                 new[dst][c] = held[dst][c] | held[r][c] if phase == "reduce-scatter" \
                     else held[r][c]
             held = new
-            out.append((f"{phase}\nstep {s + 1}", [row[:] for row in held],
+            out.append((f"{phase} step {s + 1}", [row[:] for row in held],
                         {((r + 1) % t, c) for r, c in sent}))
     return out
 
@@ -153,8 +166,8 @@ def _draw_ring(ax: Axes, t: int) -> None:
     angles = [math.pi / 2 - 2 * math.pi * r / t for r in range(t)]  # clockwise from the top
     pos = [(math.cos(a), math.sin(a)) for a in angles]
     for r, (x, y) in enumerate(pos):
-        ax.add_patch(Circle((x, y), 0.28, facecolor=_colour(r), edgecolor="black"))
-        ax.text(x, y, str(r), ha="center", va="center", fontsize=11)
+        ax.add_patch(Circle((x, y), 0.3, facecolor=_colour(r), edgecolor="black"))
+        ax.text(x, y, str(r), ha="center", va="center", fontsize=12)
         nx, ny = pos[(r + 1) % t]
         ax.add_patch(FancyArrowPatch((x, y), (nx, ny), arrowstyle="-|>", mutation_scale=14,
                                      shrinkA=16, shrinkB=16, connectionstyle="arc3,rad=0.2"))
@@ -162,25 +175,35 @@ def _draw_ring(ax: Axes, t: int) -> None:
     ax.set_ylim(-1.5, 1.5)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title("ring: r sends to r+1")
+    ax.set_title("the ring: rank r\nsends to rank r+1", fontsize=10)
+
+
+def _ring_label(ranks: frozenset[int], t: int) -> str:
+    return "Σ" if len(ranks) == t else "".join(map(str, sorted(ranks)))
 
 
 def draw_ring_allreduce(t: int = 4) -> Figure:
-    """The ring, then each rank's chunks after every one of the 2(t-1) steps."""
+    """The ring, then each rank's chunks after every one of the 2(t-1) steps: the start and the
+    reduce-scatter steps in the top row, the all-gather steps below, at most 10 inches wide so
+    that a notebook shows the labels at their size (10 pt)."""
     states = ring_allreduce_states(t)
-    width = 2.1 * (len(states) + 1)
-    fig, axes = plt.subplots(1, len(states) + 1, figsize=(width, 0.6 * t + 1.8),
-                             layout="constrained")
-    _draw_ring(axes[0], t)
-    for ax, (title, held, updated) in zip(axes[1:], states, strict=True):
-        grid: Grid = [[("".join(map(str, sorted(s))), SUM if len(s) == t else min(s))
-                       for s in row] for row in held]
-        _draw_grid(ax, grid, title, bold=updated, fontsize=8 if t > 3 else 10)
-        if ax is not axes[1]:
-            ax.set_yticks([])
-    fig.suptitle(f"Ring all-reduce on {t} ranks: {t - 1} reduce-scatter steps, then {t - 1} "
-                 "all-gather steps\nA box lists the ranks whose values it sums; red outline: just "
-                 "received from the left neighbour; grey: the complete sum", fontsize=10)
+    cols = t + 1  # the ring, then the start and t-1 reduce-scatter steps
+    width = min(MAX_WIDTH_IN, 1.9 + 0.42 * t * t)
+    fig = plt.figure(figsize=(width, 2 * (0.45 * t + 1.0) + 0.9), layout="constrained")
+    grid = fig.add_gridspec(2, cols, width_ratios=[1.3] + [1.0] * t)
+    _draw_ring(fig.add_subplot(grid[:, 0]), t)
+    panels = [(0, c) for c in range(1, cols)] + [(1, c) for c in range(2, cols)]
+    for (row, col), (title, held, updated) in zip(panels, states, strict=True):
+        ax = fig.add_subplot(grid[row, col])
+        boxes: Grid = [[(_ring_label(ranks, t), SUM if len(ranks) == t else min(ranks))
+                        for ranks in line] for line in held]
+        _draw_grid(ax, boxes, title.replace(" step", "\nstep"), bold=updated,
+                   fontsize=10 if t <= 4 else 8, ranks=col == 1 or (row == 1 and col == 2),
+                   chunks=row == 1 or col == 1)
+    fig.suptitle(f"Ring all-reduce on {t} ranks: {t - 1} reduce-scatter steps (top), then "
+                 f"{t - 1} all-gather steps (bottom)\nA box lists the ranks whose values it "
+                 "sums; Σ: the complete sum (grey); red outline: just received from the left",
+                 fontsize=11)
     return fig
 
 

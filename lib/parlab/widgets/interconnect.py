@@ -52,7 +52,8 @@ def plot_interconnect(summary: Summary, ax: Axes | None = None) -> Figure:
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
     else:
-        fig = ax.figure
+        root = ax.figure
+        fig = root if isinstance(root, Figure) else root.get_figure(root=True)
     need = summary["required"]
     values = [summary["tp_intensity"], summary["dp_intensity"]]
     ratios = [summary["tp_headroom"], summary["dp_headroom"]]

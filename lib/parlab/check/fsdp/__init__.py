@@ -1,0 +1,23 @@
+"""Graded checks of module 01, "Memory and sharding".
+
+- `state`: exercise 1, `check_state_bytes(state_bytes, practice)`: bytes per device of each
+  data-parallel strategy, and the 70B practice problem.
+- `shards`: exercise 2, first test, `check_flat_shards(take_shard, all_gather_flat,
+  reduce_scatter_flat)`: the flat shard and its two collectives.
+- `layer`: exercise 2, `check_fsdp_layer(FSDPLinear)`: an FSDP-style layer against a DDP step
+  (it builds on the three helpers, and says so when their test failed).
+- `reshard`: exercise 3, `check_reshard_plan(plan_reshard)`: keep or refetch per layer.
+- `common`: the references the checks refuse, and small helpers.
+
+    from parlab.check import fsdp as fsdpcheck
+    fsdpcheck.check_fsdp_layer(FSDPLinear, world_size=2)
+"""
+
+from parlab.check.fsdp.layer import check_fsdp_layer
+from parlab.check.fsdp.reshard import check_reshard_plan
+from parlab.check.fsdp.shards import check_flat_shards
+from parlab.check.fsdp.state import check_state_bytes
+from parlab.errors import CheckFailed
+
+__all__ = ["check_state_bytes", "check_flat_shards", "check_fsdp_layer", "check_reshard_plan",
+           "CheckFailed"]

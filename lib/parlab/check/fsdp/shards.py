@@ -1,0 +1,199 @@
+r"""Module 01, exercise 2 (first test): `check_flat_shards`, the three helpers of the layer.
+
+- `take_shard(flat, rank, d)`, in the kernel: elements $[rn, (r+1)n)$, $n = P/d$, of a random
+  flat vector, as a tensor that owns its storage (a view would keep all P elements alive on
+  every rank: `assert_owns_only`), with `flat` unchanged.
+- `all_gather_flat(shard)`, on d ranks: the whole flat vector, from all-gathers only, sending
+  $\frac{d-1}{d}\cdot 4P$ bytes (float32), `shard` unchanged.
+- `reduce_scatter_flat(grad)`, on d ranks: rank r's shard of the mean of the ranks' (random)
+  gradients, from reduce-scatters only, sending $\frac{d-1}{d}\cdot 4P$ bytes, `grad`
+  unchanged.
+
+Values are compared exactly for the shard and the gather (copies), to rtol=1e-5, atol=1e-6
+for the mean (float32, summation order). parlab.dp.fsdp is refused while they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from parlab.check._compare import assert_owns_only, assert_unchanged, fail
+from parlab.check._harness import (
+    CHECK_TIMEOUT_S,
+    call_learner,
+    exercise,
+    refuse_in_rank,
+    run_checked,
+)
+from parlab.check.fsdp.common import (
+    ALL_REDUCE,
+    DP_WHAT,
+    call,
+    close,
+    cpu,
+    dp_references,
+    env,
+    kinds,
+    not_the_course,
+    what,
+)
+
+__all__ = ["check_flat_shards", "OFFSET", "VIEW"]
+
+OFFSET = ("rank r's shard is elements r*n:(r+1)*n of the flat [vec W; b], n = P/d with P = "
+          "flat.numel(), never a fixed number")
+VIEW = ("take_shard returned a view of flat (flat[a:b] without .clone()): a view keeps the "
+        "whole flat vector alive, so every rank would still hold all P elements; return "
+        "flat[a:b].clone()")
+SHAPES = ("the flat vectors are 1-D: all_gather_flat (n,) -> (P,) with torch.cat of the t "
+          "gathered shards, reduce_scatter_flat (P,) -> (n,) from grad.chunk(d) (each "
+          ".contiguous()) and dist.reduce_scatter(out, chunks)")
+
+
+def _flat(numel: int, seed: int) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(seed))
+
+
+def _grad(numel: int, seed: int, rank: int) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(seed + 1000 + rank))
+
+
+def shard_story(got: torch.Tensor, flat: torch.Tensor, rank: int, d: int) -> str:
+    """Which wrong slice a shard of the right length is, as the start of a hint."""
+    n = flat.numel() // d
+    for off in range(flat.numel() - n + 1):
+        if got.shape == (n,) and torch.equal(got, flat[off:off + n]):
+            return f"your shard starts at element {off}; rank {rank}'s starts at {rank * n}. "
+    if got.shape == (n,) and torch.equal(got, flat[rank::d]):
+        return "your shard takes every d-th element (a strided shard). "
+    return ""
+
+
+def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: int) -> None:
+    flat = _flat(numel, seed)
+    before, n = flat.clone(), numel // d
+    for rank in range(d):
+        label = f"take_shard(flat of {numel} elements, rank={rank}, t={d})"
+        got = call(label, take_shard, flat, rank, d, refs=dp_references(), what=DP_WHAT,
+                   hint="n = flat.numel() // t; return flat[rank * n:(rank + 1) * n].clone()")
+        assert_unchanged(before, flat, name=f"flat (in {label})", rank=rank)
+        if not isinstance(got, torch.Tensor) or got.shape != (n,):
+            fail(f"{label} returned {what(got)}, expected a tensor of shape ({n},)",
+                 rank=rank, hint=f"each rank keeps n = P/t = {numel}/{d} = {n} elements: "
+                 + OFFSET)
+        if not torch.equal(got, before[rank * n:(rank + 1) * n]):
+            fail(f"{label} holds the wrong elements", rank=rank,
+                 hint=shard_story(got, before, rank, d) + OFFSET)
+        assert_owns_only(got, name=label, rank=rank, hint=VIEW)
+
+
+def _worker(all_gather_flat: Callable[..., Any], reduce_scatter_flat: Callable[..., Any],
+            numel: int, seed: int) -> dict:
+    from parlab import comm
+
+    rank, d, dev = env()
+    refuse_in_rank(dp_references(), DP_WHAT)
+    n = numel // d
+    shard = _flat(numel, seed)[rank * n:(rank + 1) * n].clone().to(dev)
+    grad, before = _grad(numel, seed, rank).to(dev), shard.clone()
+    g_before = grad.clone()
+    with comm.trace() as tr:
+        full = call_learner("all_gather_flat(shard)", all_gather_flat, shard, shape_hint=SHAPES)
+    out: dict[str, Any] = {"full": cpu(full), "gather": kinds(tr.events),
+                           "shard_changed": not torch.equal(before, shard)}
+    with comm.trace() as tr:
+        mine = call_learner("reduce_scatter_flat(grad)", reduce_scatter_flat, grad,
+                            shape_hint=SHAPES)
+    out.update(mine=cpu(mine), scatter=kinds(tr.events),
+               grad_changed=not torch.equal(g_before, grad))
+    return out
+
+
+def _expect_only(events: list, kind: str, call_name: str, rank: int, hint: str) -> None:
+    got = [k for k, _ in events]
+    if not got or set(got) != {kind}:
+        fail(f"{call_name} made these collective calls: {got or 'none'}; expected {kind} only",
+             rank=rank, hint=ALL_REDUCE if "all_reduce" in got and kind == "reduce_scatter"
+             else hint)
+
+
+def _check_gather(res: dict, flat: torch.Tensor, rank: int, d: int) -> None:
+    _expect_only(res["gather"], "all_gather", "all_gather_flat(shard)", rank,
+                 "gather every rank's shard: parts = [torch.empty_like(shard) for _ in "
+                 "range(t)]; dist.all_gather(parts, shard); torch.cat(parts)")
+    got, n = res["full"], flat.numel() // d
+    if isinstance(got, torch.Tensor) and got.shape == (d, n):
+        fail(f"all_gather_flat returned shape {tuple(got.shape)}, expected ({flat.numel()},)",
+             rank=rank, hint="torch.cat(parts), not torch.stack(parts): the flat vector is 1-D")
+    if not isinstance(got, torch.Tensor) or not torch.equal(got, flat):
+        own = isinstance(got, torch.Tensor) and got.shape == (n,)
+        fail(f"all_gather_flat(shard) returned {what(got)}, not the flat vector "
+             f"({flat.numel()},) of every rank's shard in rank order", rank=rank,
+             hint="you returned this rank's shard only: return torch.cat(parts)" if own else
+             "dist.all_gather(parts, shard) fills parts[q] with rank q's shard: return "
+             "torch.cat(parts), the parts in that order")
+    if res["shard_changed"]:
+        fail("all_gather_flat modified its input shard in place", rank=rank,
+             hint="gather into new buffers (torch.empty_like(shard)); the shard is the "
+             "parameter the optimizer updates")
+
+
+def _check_scatter(res: dict, want: torch.Tensor, rank: int, d: int) -> None:
+    _expect_only(res["scatter"], "reduce_scatter", "reduce_scatter_flat(grad)", rank,
+                 "reduce-scatter the flat gradient: chunks = [c.contiguous() for c in "
+                 "grad.chunk(t)]; dist.reduce_scatter(out, chunks); return out / t")
+    got = res["mine"]
+    if not close(got, want):
+        hint = "rank r gets chunk r of the sum over ranks, divided by t (DDP averages)"
+        if close(got, d * want):
+            hint = "yours is t times the mean: the reduce-scatter sums; divide by t"
+        elif isinstance(got, torch.Tensor) and got.numel() == d * want.numel():
+            hint = "return this rank's shard (P/t,), not the whole gradient"
+        fail(f"reduce_scatter_flat(grad) returned {what(got)}, not rank r's shard of the mean "
+             "gradient over ranks", rank=rank, hint=hint)
+    if res["grad_changed"]:
+        fail("reduce_scatter_flat modified its input grad in place (a `grad /= t`?)",
+             rank=rank, hint="divide the result, not the input: out / t")
+
+
+def _check_bytes(events: list, call_name: str, want: float, rank: int) -> None:
+    sent = sum(b for _, b in events)
+    if abs(sent - want) > 1e-6 * want:
+        fail(f"{call_name} sent {sent:,.0f} B, expected (d-1)/d * 4P = {want:,.0f} B",
+             rank=rank, hint="one collective over the whole flat vector: a ring all-gather "
+             "or reduce-scatter sends (d-1)/d of it; more means extra calls")
+
+
+@exercise("fsdp_shards")
+def check_flat_shards(take_shard: Callable[..., Any], all_gather_flat: Callable[..., Any],
+                      reduce_scatter_flat: Callable[..., Any], *, world_size: int = 2,
+                      numel: int = 72, seed: int = 0, timeout: float = CHECK_TIMEOUT_S,
+                      quiet: bool = False) -> None:
+    """The three helpers of FSDPLinear on `world_size` ranks (see the module docstring)."""
+    d = world_size
+    if numel % d:
+        raise ValueError(f"numel must be a multiple of world_size; got {numel}, {d}")
+    refs = dp_references()
+    for fn, name in ((take_shard, "take_shard"), (all_gather_flat, "all_gather_flat"),
+                     (reduce_scatter_flat, "reduce_scatter_flat")):
+        not_the_course(fn, name, refs, DP_WHAT)
+    _check_take_shard(take_shard, numel, d, seed)
+    results = run_checked(_worker, d, all_gather_flat, reduce_scatter_flat, numel, seed,
+                          what="all_gather_flat and reduce_scatter_flat", timeout=timeout,
+                          hang_hint="every rank must make the same collective calls, in the "
+                          "same order, with tensors of the same size")
+    flat, n = _flat(numel, seed), numel // d
+    mean = sum(_grad(numel, seed, q) for q in range(d)) / d
+    for rank, res in enumerate(results):
+        _check_gather(res, flat, rank, d)
+        _check_scatter(res, torch.as_tensor(mean)[rank * n:(rank + 1) * n], rank, d)
+        for key, name in (("gather", "all_gather_flat(shard)"),
+                          ("scatter", "reduce_scatter_flat(grad)")):
+            _check_bytes(res[key], name, (d - 1) / d * numel * 4, rank)
+    if not quiet:
+        print(f"take_shard, all_gather_flat and reduce_scatter_flat OK on {d} ranks "
+              f"(P = {numel}): shards own their storage, inputs unchanged, "
+              f"{(d - 1) / d * numel * 4:,.0f} B per collective. Passed.")
