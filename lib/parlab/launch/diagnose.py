@@ -131,8 +131,13 @@ class Watch:
     def _raise(self, elapsed: float, reason: str, results: dict[int, Any], *,
                certain: bool) -> None:
         states = {r: self.state(r) for r in range(len(self.statuses))}
-        when = (f"stopped early, after {elapsed:.1f} s, because the hang is certain"
-                if certain else f"stopped after {elapsed:.1f} s")
+        if certain and elapsed < self.timeout - 0.5:
+            when = (f"stopped early, after {elapsed:.1f} s of its {self.timeout:g} s timeout, "
+                    "because the hang is certain")
+        elif certain:
+            when = f"stopped after {elapsed:.1f} s: the hang is certain"
+        else:
+            when = f"stopped after {elapsed:.1f} s"
         raise CollectiveTimeout(f"run() {when}: {reason}.\n"
                                 f"What each rank was doing:\n{self.describe(results)}",
                                 states=states, certain=certain, elapsed=elapsed)
