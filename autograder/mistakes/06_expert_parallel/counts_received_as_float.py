@@ -1,9 +1,9 @@
 """Mistake: the counts are received into a float32 buffer while int64 counts are sent.
 
-torch.empty(E) is float32; bincount gives int64. all_to_all_single does not convert: on gloo
-the sizes in bytes disagree and the ranks abort ("Connection reset by peer", SIGABRT), which
-says nothing about the cause. The receive buffer must have the sent tensor's dtype:
-torch.empty_like(counts).
+torch.empty(E) is float32; bincount gives int64. all_to_all_single does not convert: gloo
+refuses the call ("Invalid usage of tensors with different dtypes") without saying which
+buffer is wrong or how to allocate it. The receive buffer must have the sent tensor's dtype:
+torch.empty_like(counts). The check names both dtypes before the exchange.
 
 Replaces ep_moe (exercise 3).
 """

@@ -1,9 +1,10 @@
 """Inside a rank of module 06's dispatch checks: watch every `dist.all_to_all_single` call.
 
-Gloo does not explain a bad all-to-all: a receive buffer of another dtype than the send, or
-split sizes that do not match between ranks, abort the process ("Connection reset by peer",
-SIGABRT) or hand back mixed rows. The watcher checks each call before it reaches gloo and
-raises CheckFailed naming the mistake:
+Gloo does not explain a bad all-to-all: split sizes that do not match between ranks abort the
+process ("Connection reset by peer") or hand back mixed rows, and a receive buffer of another
+dtype than the send is refused with "Invalid usage of tensors with different dtypes", which
+does not say which buffer. The watcher checks each call before it reaches gloo and raises
+CheckFailed naming the mistake:
 
 - every call: the output's dtype is the input's (the counts, int64, into an int64 buffer);
 - exercise 3 (`expected` given): a call moving token rows (a 2-D floating tensor with split
@@ -45,8 +46,8 @@ def _check_dtype(rank: int, output: torch.Tensor, input: torch.Tensor) -> None:
     if output.dtype != input.dtype:
         raise CheckFailed(
             f"rank {rank}: all_to_all_single would receive into a {output.dtype} tensor what "
-            f"is sent as {input.dtype}; the check stopped it before the exchange (on gloo "
-            f"the ranks abort with 'Connection reset by peer')\nLikely mistake: " + DTYPE)
+            f"is sent as {input.dtype} (torch does not convert; the check stopped the call "
+            f"before the exchange)\nLikely mistake: " + DTYPE)
 
 
 def install(rank: int, ep: int, expected: dict[str, Any] | None) -> None:
