@@ -10,7 +10,7 @@ shows. A parameter without a gradient must keep none.
 `train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None) -> list[float]`: the
 whole training loop on each rank. Compared with `parlab.capstone.train_single` at every step
 within `parlab.capstone.TOLERANCE`: visible, 12 AdamW steps of DP 2 × TP 2; hidden, also 4 SGD
-steps of DP 2 × TP 2 and 3 AdamW steps of DP 3 × TP 2 on a batch of 6 (6 ranks), where an
+steps of DP 2 × TP 2 and 2 AdamW steps of DP 3 × TP 2 on a batch of 6 (6 ranks), where an
 answer that takes dp or tp to be 2 leaves the curve. parlab.comm's tracer checks the shape of
 the work, because a model that is not split at all also matches the loss: the TP group must
 all-reduce activations of shape (batch_size/dp, seq, hidden) at least twice per layer and
@@ -82,7 +82,7 @@ class Run(NamedTuple):
 
 
 RUNS = {"visible": [Run("adamw", 2, 2, 8, 12)],
-        "hidden": [Run("sgd", 2, 2, 8, 4), Run("adamw", 3, 2, 6, 3)]}
+        "hidden": [Run("sgd", 2, 2, 8, 4), Run("adamw", 3, 2, 6, 2)]}
 """What check_capstone runs: the visible test, and (quiet=True, the hidden test, which runs
 right after the visible one in the same cell) the hidden runs only."""
 
