@@ -159,7 +159,8 @@ def _check_sync(sync_gradients: Callable[..., None], dp: int, tp: int) -> None:
                 fail(f"{name} has no gradient after sync_gradients", rank=rank,
                      hint="update p.grad in place (or assign it); do not set it to None")
             assert_close(g, torch.full_like(g, mean), rank=rank,
-                         hint=_sync_hint(float(g.flatten()[0]), rank, dp, tp),
+                         hint=_sync_hint(float(g.flatten()[0]), rank, dp, tp) or "every rank "
+                         "ends with the mean of its DP group's gradients, the group listed here",
                          name=f"{name}.grad after sync_gradients on DP {dp} × TP {tp} (rank r's "
                               f"gradient was r + 1; this rank's DP group is {members})")
 
@@ -214,7 +215,8 @@ def _compare(losses: Any, reference: list[float], run: Run) -> None:
     if not isinstance(losses, (list, tuple)) or len(losses) != len(reference):
         fail(f"train_dp_tp returned {type(losses).__name__} of length "
              f"{len(losses) if hasattr(losses, '__len__') else '?'}, expected a list of "
-             f"{len(reference)} losses, one per step")
+             f"{len(reference)} losses, one per step",
+             hint="append the step's DP-averaged loss (a float) to a list every step; return it")
     for step, (got, want) in enumerate(zip(losses, reference, strict=True)):
         if not abs(float(got) - want) <= TOLERANCE:
             hint = ("see the list of steps in the exercise: the usual culprits are a missing "

@@ -49,7 +49,8 @@ def _normalised(groups: Any, label: str) -> list[tuple[int, ...]]:
     try:
         return sorted(tuple(int(r) for r in g) for g in groups)
     except (TypeError, ValueError):
-        fail(f"{label} returned groups that are not lists of integer ranks: {groups!r:.80}")
+        fail(f"{label} returned groups that are not lists of integer ranks: {groups!r:.80}",
+             hint="each group is a list of ints (tensor.tolist() gives them)")
 
 
 def _reversed_grid(world: int, sizes: dict[str, int], axis: str) -> list[tuple[int, ...]]:

@@ -54,6 +54,9 @@ STATIC = ("with a capacity the buffers have static sizes: send exactly c slots p
 PER_RANK = ("the experts per rank are shard.local (E / ep), not a fixed number: loop over "
             "range(shard.local) and split the counts into ep blocks of shard.local")
 SHAPES = "shapes: x (N, C), gates and experts (N, k); shard.local experts on this rank"
+OTHER = ("y matches none of the known mistakes (gates, placement, drops): follow one token "
+         "through the seven steps; after the combine, put each row back in token order with "
+         "the inverse of the sort (index_copy with the sort order) before weighting")
 HANG = ("a collective that only some ranks call, or split sizes that do not match between "
         "ranks: every rank must make the same calls in the same order")
 # gloo: CPU tensors, tiny sizes, even on a GPU machine
@@ -164,7 +167,7 @@ def _compare(results: list, ep: int, per_rank: int, capacity_factor: float | Non
                      "differ from their input", rank=rank, hint=RESIDUAL)
         assert_close(y, ref["y"][rows], name=f"{what}: y", rank=rank, **F64_TOL,
                      hint=story(y, [(w[rows], h) for w, h in wrong])
-                     or (PER_RANK if per_rank != 2 else None))
+                     or (PER_RANK if per_rank != 2 else OTHER))
         mine = slice(per_rank * rank, per_rank * (rank + 1))
         names = ("x", "the gates", "this rank's w1", "this rank's w2")
         for name, got, want in zip(names, res["grads"], ref["grads"], strict=True):

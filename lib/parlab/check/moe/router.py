@@ -94,7 +94,8 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     out = _call(label, router, xl, wl, k)
     expect_type(out, tuple, name=label, what="a tuple (gates, experts, aux)")
     if len(out) != 3:
-        fail(f"{label} returned a tuple of {len(out)} items, expected (gates, experts, aux)")
+        fail(f"{label} returned a tuple of {len(out)} items, expected (gates, experts, aux)",
+             hint="return gates, experts, aux (in that order)")
     assert_unchanged(x, xl, name="x")
     assert_unchanged(w, wl, name="weight")
     g_l, e_l, a_l = out
@@ -104,10 +105,12 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
                       "probs.topk(k, dim=-1)")
     renorm = torch.softmax((x @ w.t()).gather(1, experts), dim=-1)
     assert_close(g_l, gates.detach(), name=f"{label}: gates", **F64_TOL,
-                 hint=story(g_l, [(renorm, GATES_RENORM)]))
+                 hint=story(g_l, [(renorm, GATES_RENORM)]) or "the gates are the values of "
+                 "softmax(x @ weight.T).topk(k, dim=-1), in the order of the experts")
     a_t = a_l if isinstance(a_l, torch.Tensor) else torch.tensor(float(a_l))
     assert_close(a_t.reshape(()), aux.detach(), name=f"{label}: aux balance loss", **F64_TOL,
-                 hint=story(a_t.reshape(()), _wrong_aux(x, w, experts, gates.detach())))
+                 hint=story(a_t.reshape(()), _wrong_aux(x, w, experts, gates.detach()))
+                 or "L_aux = E * sum_e f_e P_e: f_e over all N*k choices, P_e = probs.mean(0)")
     if not (isinstance(g_l, torch.Tensor) and g_l.requires_grad and a_t.requires_grad):
         fail(f"{label}: gates and aux must carry autograd graphs back to x and weight",
              hint="compute them with torch operations on x and weight; do not detach")
@@ -164,7 +167,7 @@ def _check_expert_capacity(expert_capacity: Callable) -> None:
         looks = [how for value, how in ((math.floor(exact), "rounded down (int() or //)"),
                                         (round(exact), "rounded to the nearest (round())"))
                  if got == value != want]
-        hint = f"{CEIL}; yours is {' or '.join(looks)}" if looks else None
+        hint = f"{CEIL}; yours is {' or '.join(looks)}" if looks else CEIL
         assert_equal(got, want, name=label, hint=hint)
 
 
