@@ -20,9 +20,9 @@ to run (`common.formula_references`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from typing import Any
 
 from parlab.check import call_learner, exercise, fail, not_reexport
 from parlab.check.composition.common import FORMULA_REFUSAL, GRIDS, KEYS, formula_references
@@ -47,11 +47,6 @@ MODELS = [  # n_params, layers, hidden, seq, b, m, tp, pp, dp
 ]
 
 
-def _call(stage: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return call_learner(stage, lambda: fn(*args, **kwargs), refuse=formula_references(),
-                        refusal=FORMULA_REFUSAL)
-
-
 def _spans_reference(world: int, sizes: dict[str, int], axis: str, per_node: int) -> int:
     from parlab.mesh import make_mesh
     from parlab.plan.costs import nodes_spanned
@@ -68,7 +63,8 @@ def _check_spans(nodes_spanned: Callable[[list, int], int], quiet: bool) -> None
         for axis in AXES:
             groups = mesh.groups(axis)
             label = f"nodes_spanned({groups}, gpus_per_node={per_node})"
-            got = _call(label, nodes_spanned, [list(g) for g in groups], per_node)
+            got = call_learner(label, nodes_spanned, [list(g) for g in groups], per_node,
+                               refuse=formula_references(), refusal=FORMULA_REFUSAL)
             want = _spans_reference(world, sizes, axis, per_node)
             if got != want:
                 fail(f"{label}: expected {want}, got {got!r}", hint=SPANS_HINT)
@@ -110,7 +106,9 @@ def _check_bytes(bytes_per_step: Callable[..., dict], quiet: bool) -> None:
     for n, layers, h, s, b, m, tp, pp, dp in MODELS if quiet else MODELS[:2]:
         label = (f"bytes_per_step({n:g}, {layers}, {h}, {s}, b={b}, m={m}, tp={tp}, pp={pp}, "
                  f"dp={dp})")
-        got = _call(label, bytes_per_step, n, layers, h, s, b=b, m=m, tp=tp, pp=pp, dp=dp)
+        call = functools.partial(bytes_per_step, b=b, m=m, tp=tp, pp=pp, dp=dp)
+        got = call_learner(label, call, n, layers, h, s, refuse=formula_references(),
+                           refusal=FORMULA_REFUSAL)
         if not isinstance(got, dict):
             fail(f"{label} returned {type(got).__name__}, expected a dict with tp, pp, dp",
                  hint='return {"tp": ..., "pp": ..., "dp": ...}, bytes per GPU per step')

@@ -52,11 +52,6 @@ SLIPS = {  # key -> [(got / expected, what gives it)]
 }
 
 
-def _call(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return call_learner(stage, fn, *args, refuse=formula_references(),
-                        refusal=FORMULA_REFUSAL)
-
-
 def _same(got: dict, key: str, value: Any, label: str) -> None:
     if key not in got:
         fail(f"{label} has no key {key!r}", hint=f"return a dict with {key!r}: {HINTS[key]}")
@@ -82,7 +77,8 @@ def check_fit_state(fit_state: Callable[..., dict], *, quiet: bool = False) -> N
     not_reexport(fit_state, name="fit_state")
     for n, gpus, mem, per_node in FIT_CASES if quiet else FIT_CASES[:1]:
         label = f"fit_state({n:g}, {gpus}, {mem:g}, {per_node})"
-        got = _call(label, fit_state, n, gpus, mem, per_node)
+        got = call_learner(label, fit_state, n, gpus, mem, per_node, refuse=formula_references(),
+                           refusal=FORMULA_REFUSAL)
         expect_type(got, dict, name=label, what="a dict with the six keys of the exercise")
         replica = costs.training_state_bytes(n, "ddp", 1)
         want = {"replica_bytes": replica, "dp_fits": replica <= mem,
@@ -100,7 +96,8 @@ def check_tp_vs_pp(tp_vs_pp: Callable[..., dict], *, quiet: bool = False) -> Non
     not_reexport(tp_vs_pp, name="tp_vs_pp")
     for h, b, s, t, p, x in TP_PP_CASES if quiet else TP_PP_CASES[:1]:
         label = f"tp_vs_pp(h={h}, b={b}, s={s}, t={t}, p={p}, max_bubble={x})"
-        got = _call(label, tp_vs_pp, h, b, s, t, p, x)
+        got = call_learner(label, tp_vs_pp, h, b, s, t, p, x, refuse=formula_references(),
+                           refusal=FORMULA_REFUSAL)
         expect_type(got, dict, name=label, what="a dict with the four keys of the exercise")
         want = {"allreduce_bytes": costs.ring_allreduce_bytes(b * s * h * 2, t),
                 "layer_bytes": costs.tp_bytes_per_layer(b, s, h, t),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -49,10 +48,6 @@ TOKEN_MAJOR = ("serve the assignments choice first: every token's first choice, 
 CEIL = "the capacity is rounded up: math.ceil(capacity_factor * n_tokens * k / num_experts)"
 KEEP_INPUT = ("keep_mask must not change the routing it is given: build the queue order from a "
               "copy (experts.t().flatten() is one) and return a new mask")
-
-
-def _call(stage: str, fn: Callable[..., Any], *args: Any) -> Any:
-    return call_learner(stage, fn, *args, refuse=references(), refusal=REFUSAL)
 
 
 # --- exercise 1: the router -----------------------------------------------------------------
@@ -91,7 +86,7 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     aux = balance_loss(probs, experts, num_experts=e)
     (gates * up[:, :k]).sum().add(aux).backward()
     xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
-    out = _call(label, router, xl, wl, k)
+    out = call_learner(label, router, xl, wl, k, refuse=references(), refusal=REFUSAL)
     expect_type(out, tuple, name=label, what="a tuple (gates, experts, aux)")
     if len(out) != 3:
         fail(f"{label} returned a tuple of {len(out)} items, expected (gates, experts, aux)",
@@ -115,7 +110,7 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
         fail(f"{label}: gates and aux must carry autograd graphs back to x and weight",
              hint="compute them with torch operations on x and weight; do not detach")
     loss = (g_l * up[:, :k]).sum().add(a_t)
-    _call(f"backward of {label}", loss.backward)
+    call_learner(f"backward of {label}", loss.backward, refuse=references(), refusal=REFUSAL)
     for name, got, ref in (("x", xl.grad, xr.grad), ("weight", wl.grad, wr.grad)):
         assert ref is not None
         assert_close(got, ref, name=f"{label}: grad of sum(gates * u) + aux w.r.t. {name}",
@@ -160,7 +155,8 @@ def _check_expert_capacity(expert_capacity: Callable) -> None:
 
     for n, e, k, phi in CAPACITIES:
         label = f"expert_capacity(n_tokens={n}, num_experts={e}, k={k}, capacity_factor={phi})"
-        got = _call("expert_capacity", expert_capacity, n, e, k, phi)
+        got = call_learner("expert_capacity", expert_capacity, n, e, k, phi,
+                           refuse=references(), refusal=REFUSAL)
         expect_type(got, int, name=label, what="a whole number of slots (an int)")
         want = ref_cap(n, num_experts=e, k=k, capacity_factor=phi)
         exact = phi * n * k / e
@@ -191,7 +187,8 @@ def check_capacity(expert_capacity: Callable, keep_mask: Callable, *, quiet: boo
     _check_expert_capacity(expert_capacity)
     for ex, e, cap, want in _keep_cases():
         given = ex.clone()
-        got = _call("keep_mask", keep_mask, given, e, cap)
+        got = call_learner("keep_mask", keep_mask, given, e, cap, refuse=references(),
+                           refusal=REFUSAL)
         label = (f"keep_mask of a routing of {ex.shape[0]} tokens to {e} experts "
                  f"(k={ex.shape[1]}) with capacity {cap}")
         assert_unchanged(ex, given, name=f"experts (in {label})", hint=KEEP_INPUT)
