@@ -10,7 +10,7 @@ Two nodes of 8 GPUs (run the same line on both; HOST is the first node's address
         scripts/capstone.py --dp 4 --tp 4 --heads 4 --batch-size 16 --steps 30 --check
 
 dp × tp must equal the number of processes (nnodes × nproc-per-node). TP is innermost, so
-with tp ≤ nproc-per-node every TP group sits inside one node and only the DP all-reduce
+with tp dividing nproc-per-node every TP group sits inside one node and only the DP all-reduce
 crosses nodes. The backend is NCCL when CUDA is there with a GPU for every local process,
 gloo otherwise. Rank 0 prints one line per step; with --check it also trains the same model
 on one device and exits 1 if any step's loss differs by more than

@@ -82,7 +82,7 @@ def test_coordinates_follow_the_rank_formula():
 
 
 def test_tp_groups_stay_inside_an_8_gpu_node():
-    """The seeds' 512 GPUs as TP 8 × PP 8 × DP 8: each TP group is one node's 8 GPUs."""
+    """The quiz's 512 GPUs as TP 8 × PP 8 × DP 8: each TP group is one node's 8 GPUs."""
     mesh = make_mesh(512, dp=8, pp=8, tp=8)
     assert all(len({r // 8 for r in g}) == 1 for g in mesh.groups("tp"))
     assert all(len({r // 8 for r in g}) == 8 for g in mesh.groups("pp"))

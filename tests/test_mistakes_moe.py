@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("no_orphans")
 NOTEBOOK = ROOT / "solutions" / "06_expert_parallel" / "06_expert_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "06_expert_parallel"
 LOCAL = {"check_router", "check_capacity"}  # run in this process: no world size
+HIDDEN = {"check_ep_moe_hidden", "check_ep_capacity_hidden"}  # the hidden cells: sizes fixed
 CHECKS = {
     "check_router": lambda ns, t: moecheck.check_router(ns.router, quiet=True),
     "check_capacity": lambda ns, t: moecheck.check_capacity(ns.expert_capacity, ns.keep_mask,
@@ -30,6 +31,12 @@ CHECKS = {
     "check_ep_moe": lambda ns, t: moecheck.check_ep_moe(ns.ep_moe, world_size=t, quiet=True),
     "check_ep_capacity": lambda ns, t: moecheck.check_ep_capacity(ns.ep_moe_capacity,
                                                                   world_size=t, quiet=True),
+    # the hidden test cells' second call: 3 ranks, 3 experts each (a fractional capacity)
+    "check_ep_moe_hidden": lambda ns, t: moecheck.check_ep_moe(
+        ns.ep_moe, world_size=3, experts_per_rank=3, quiet=True),
+    "check_ep_capacity_hidden": lambda ns, t: moecheck.check_ep_capacity(
+        ns.ep_moe_capacity, world_size=3, experts_per_rank=3, capacity_factor=1.25,
+        quiet=True),
 }
 
 
@@ -38,7 +45,7 @@ def learner_namespace(*overlays: str) -> types.ModuleType:
 
 
 def _sizes(check: str) -> tuple[int, ...]:
-    return (2,) if check in LOCAL else (2, 4)
+    return (2,) if check in LOCAL else (3,) if check in HIDDEN else (2, 4)
 
 
 CASES = mistakes.cases(MISTAKES, _sizes)
@@ -46,7 +53,11 @@ CASES = mistakes.cases(MISTAKES, _sizes)
 
 def test_corpus_is_complete_and_documented():
     required = {"combine_without_gates", "split_sizes_not_exchanged", "dropped_not_residual",
-                "wrong_expert_placement"}  # issue 8
+                "wrong_expert_placement",  # issue 8
+                # issue 16: 3 experts per rank, fractional capacities, inputs modified in
+                # place, a receive buffer of the wrong dtype
+                "two_experts_per_rank", "capacity_rounded", "keep_mask_marks_experts",
+                "counts_received_as_float"}
     mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
@@ -102,3 +113,18 @@ def test_reference_implementation_is_rejected(how):
     ns = learner_namespace(textwrap.dedent(source))
     with pytest.raises(CheckFailed, match="the course's own reference|parlab's own MoE reference"):
         CHECKS[check](ns, 2)
+
+
+def test_ep_capacity_says_when_keep_mask_failed():
+    """Issue 15.3: exercise 4 runs the learner's own keep_mask; when exercise 2's check failed
+    earlier in the kernel, exercise 4's message starts by saying so."""
+    from parlab.check import _harness
+
+    ns = learner_namespace((MISTAKES / "keep_token_major.py").read_text())
+    _harness._OUTCOMES.clear()
+    with pytest.raises(CheckFailed, match="serve the assignments choice first"):
+        CHECKS["check_capacity"](ns, 2)
+    with pytest.raises(CheckFailed, match=r"builds on your expert_capacity and keep_mask "
+                                          r"\(exercise 2\), which failed its own test above"):
+        CHECKS["check_ep_capacity"](ns, 2)
+    _harness._OUTCOMES.clear()

@@ -62,6 +62,19 @@ def test_balance_loss_closed_forms():
     assert got.item() == pytest.approx(1.8)
 
 
+def test_balance_loss_is_at_most_e_over_k():
+    # top-2 collapsed onto experts 1 and 3 of E = 4: f = (0, 1/2, 0, 1/2); with all the
+    # probability on those two, E * sum f P = 4 * 1/2 * 1 = 2 = E/k (E only for k = 1)
+    probs = torch.tensor([[0.0, 0.7, 0.0, 0.3]] * 6, dtype=torch.float64)
+    experts = torch.tensor([[1, 3]] * 6)
+    assert moe.balance_loss(probs, experts, num_experts=4).item() == pytest.approx(4 / 2)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):  # any routing and probabilities stay at or below E/k
+        p = torch.softmax(torch.randn(10, 8, generator=g, dtype=torch.float64) * 5, dim=-1)
+        ex = p.topk(3, dim=-1).indices
+        assert moe.balance_loss(p, ex, num_experts=8).item() <= 8 / 3 + 1e-12
+
+
 def test_route_is_top_k_of_softmax():
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
     w = torch.tensor([[2.0, 0.0], [0.0, 3.0], [1.0, 1.0]], dtype=torch.float64)
@@ -113,28 +126,29 @@ def test_bias_update_moves_against_the_load():
     assert b.tolist() == [-0.5, 0.0, 0.5, 0.5]  # mean load 1: expert 0 down, 2 and 3 up
 
 
-def _ep_worker(phi):
-    rank, t = dist.get_rank(), dist.get_world_size()
+def _ep_worker(phi, per_rank):
+    rank, ep = dist.get_rank(), dist.get_world_size()
+    e = per_rank * ep
     torch.manual_seed(11)
-    layer = moe.MoE(C, FFN, 2 * t, k=K).double()
-    x = torch.randn(N * t, C, dtype=torch.float64)
+    layer = moe.MoE(C, FFN, e, k=K).double()
+    x = torch.randn(N * ep, C, dtype=torch.float64)
     x[:, 0] = 1.0
     with torch.no_grad():
         layer.router[0, 0] = 2.0  # skewed: drops at phi = 1
     gates, experts, _ = moe.route(x, layer.router.detach(), k=K)
     rows = slice(rank * N, (rank + 1) * N)
     xs, gs = x[rows].clone().requires_grad_(), gates[rows].clone().requires_grad_()
-    shard = ExpertShard(layer, rank, t)
+    shard = ExpertShard(layer, rank, ep)
     with comm.trace() as tr:
         if phi is None:
             y = ep_moe(xs, gs, experts[rows], shard)
         else:
-            cap = math.ceil(phi * N * K / (2 * t))
+            cap = math.ceil(phi * N * K / e)
             y = ep_moe_capacity(xs, gs, experts[rows], shard, capacity=cap)
     y.pow(2).sum().backward()
     keep = torch.ones_like(experts, dtype=torch.bool)
     if phi is not None:
-        keep = torch.cat([_loop_keep(experts[q * N:(q + 1) * N], 2 * t, cap) for q in range(t)])
+        keep = torch.cat([_loop_keep(experts[q * N:(q + 1) * N], e, cap) for q in range(ep)])
     xr, gr = x.clone().requires_grad_(), gates.clone().requires_grad_()
     ref = _dense(layer, xr, gr, experts, keep)
     ref.pow(2).sum().backward()
@@ -148,24 +162,26 @@ def _ep_worker(phi):
     return [e.shape for e in floats], sum(e.wire_bytes for e in floats), int((~keep).sum())
 
 
-@pytest.mark.parametrize("t", [2, 4])
-@pytest.mark.parametrize("phi", [None, 1.0])
-def test_ep_layer_matches_single_device(t, phi):
-    results = run(_ep_worker, t, phi, timeout=60)
+@pytest.mark.parametrize("ep, per_rank, phi", [(2, 2, None), (4, 2, None), (3, 3, None),
+                                                (2, 2, 1.0), (4, 2, 1.0), (3, 3, 1.25)])
+def test_ep_layer_matches_single_device(ep, per_rank, phi):
+    results = run(_ep_worker, ep, phi, per_rank, timeout=60)
     if phi is None:
         assert all(len(shapes) == 2 for shapes, _, _ in results)  # dispatch, combine
         return
-    cap = math.ceil(phi * N * K / (2 * t))
-    assert results[0][2] > 0, "the skewed router should drop something at phi = 1"
+    e = per_rank * ep
+    cap = math.ceil(phi * N * K / e)  # 1.25 * 12 / 9 = 1.67: a capacity that is not whole
+    assert sum(r[2] for r in results) > 0, "the skewed router should drop something"
     for shapes, wire, _ in results:
-        assert shapes == [(2 * t * cap, C)] * 2  # static buffers
-        assert wire == 2 * (t - 1) / t * 2 * t * cap * C * 8  # closed form, float64
-        assert wire == moe_costs.ep_a2a_bytes(N, C, t, num_experts=2 * t, k=K,
+        assert shapes == [(e * cap, C)] * 2  # static buffers
+        assert wire == 2 * (ep - 1) / ep * e * cap * C * 8  # closed form, float64
+        assert wire == moe_costs.ep_a2a_bytes(N, C, ep, num_experts=e, k=K,
                                               capacity_factor=phi, dtype_bytes=8)
 
 
 def test_owner_is_block_placement():
-    assert [owner(e, num_experts=8, t=4) for e in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [owner(e, num_experts=8, ep=4) for e in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [owner(e, num_experts=9, ep=3) for e in range(9)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
 def test_a2a_cost_closed_forms():

@@ -1,4 +1,4 @@
-"""The planner against closed forms worked out here by hand, and the seeds' worked answers."""
+"""The planner against closed forms worked out here by hand, and module 07's worked answers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def state(p: plan.Plan) -> float:
 
 
 def seed70(**kw) -> plan.Plan:
-    return plan.evaluate(plan.SEED_70B, plan.H100_32, global_batch=1024, **kw)
+    return plan.evaluate(plan.PRACTICE_70B, plan.H100_32, global_batch=1024, **kw)
 
 
 # --- practice problem 1: 70B on 32 H100s -------------------------------------------------------
@@ -69,7 +69,7 @@ def test_tp_that_leaves_the_node_is_rejected():
     assert any(r.startswith("TP 16 spans 2 nodes") and "50 GB/s" in r for r in p.reasons)
 
 
-# --- seed 003 section 8: 512 H100s as TP 8 × PP 8 × DP 8 ---------------------------------------
+# --- the quiz: 512 H100s as TP 8 × PP 8 × DP 8 -------------------------------------------------
 
 def test_512_h100_tp8_pp8_dp8():
     p = plan.evaluate(plan.MODEL_512, plan.H100_512, dp=8, tp=8, pp=8, global_batch=1920)
@@ -91,11 +91,11 @@ def test_practice_problem_2():
     cluster = Cluster("64 H100", gpus=64, gpus_per_node=8, memory=80e9, intra_bw=450e9,
                       inter_bw=50e9, flops=1e15)
     per_layer = 4 * 2 * 7 / 8 * (1 * 8192 * 8192 * 2)
-    assert per_layer == 896 * 2**20  # 4 × 224 MiB: the seed's "~896 MB"
+    assert per_layer == 896 * 2**20  # 4 × 224 MiB: the worked answer's "~896 MB"
     p = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=40)
     assert p.microbatches == 40
     assert p.axis("tp").nbytes == pytest.approx(40 * 1 * per_layer)  # 1 layer per stage
-    # ~2.1 ms a layer at 450 GB/s each way; the seed's ~1.0 ms divides by 900 GB/s (both ways)
+    # ~2.1 ms a layer at 450 GB/s each way; the worked answer's ~1.0 ms divides by 900 GB/s
     assert p.axis("tp").seconds / 40 == pytest.approx(2.1e-3, rel=0.01)
     assert p.bubble == pytest.approx(7 / 47) and p.bubble <= 0.15
     fewer = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=39)
@@ -158,18 +158,27 @@ def test_each_axis_is_placed_on_the_link_its_groups_ride():
 
 def test_compute_time_and_recompute_overhead():
     model, cluster = small(8, 8)
+    assert cluster.achievable == plan.ACHIEVABLE == 0.6
     p = plan.evaluate(model, cluster, dp=8, global_batch=64, strategy="ddp")
-    useful = 6 * 1e9 * 64 * 1024 / (8 * 1e15)
+    at_peak = 6 * 1e9 * 64 * 1024 / (8 * 1e15)  # 6N FLOPs per token, 64 × 1024 tokens
+    useful = at_peak / 0.6  # the matmuls run at 60% of peak
     assert p.times["compute useful"] == pytest.approx(useful)
     assert p.times["compute overhead"] == pytest.approx(0)
     q = plan.evaluate(model, cluster, dp=8, global_batch=64, strategy="ddp", recompute="full")
     assert q.times["compute overhead"] == pytest.approx(useful / 3)  # 8N instead of 6N
-    assert p.mfu == pytest.approx(useful / p.step_s)
+    # MFU: model FLOPs per second over the peak; the recomputed forward does not count
+    tokens_per_s = 64 * 1024 / p.step_s
+    assert p.mfu == pytest.approx(6 * 1e9 * tokens_per_s / (8 * 1e15))
+    assert p.mfu <= 0.6 and q.mfu < p.mfu
+    fast = Cluster("small", gpus=8, gpus_per_node=8, memory=80e9, intra_bw=450e9,
+                   inter_bw=50e9, flops=1e15, achievable=1.0)
+    at_full = plan.evaluate(model, fast, dp=8, global_batch=64, strategy="ddp")
+    assert at_full.times["compute useful"] == pytest.approx(at_peak)
 
 
 def test_dp_traffic_and_what_its_window_hides():
     model, cluster = small(16, 8)
-    m, useful = 8, 6 * 1e9 * 128 * 1024 / (16 * 1e15)
+    m, useful = 8, 6 * 1e9 * 128 * 1024 / (16 * 1e15) / 0.6
     ddp = plan.evaluate(model, cluster, dp=16, global_batch=128, strategy="ddp")
     assert ddp.axis("dp").nbytes == pytest.approx(2 * 15 / 16 * 2e9)  # once a step
     hidden = 2 / 3 * useful / m  # the last micro-batch's backward
@@ -193,7 +202,7 @@ def test_1f1b_first_stage_holds_min_p_m_microbatches():
 # --- ranking and rejections ---------------------------------------------------------------------
 
 def test_ranking_keeps_before_rejects_and_orders_by_step_time():
-    plans = plan.plan(plan.SEED_70B, plan.H100_32, global_batch=1024)
+    plans = plan.plan(plan.PRACTICE_70B, plan.H100_32, global_batch=1024)
     kept = [p for p in plans if p.kept]
     assert plans[: len(kept)] == kept and kept and len(kept) < len(plans)
     assert [p.step_s for p in kept] == sorted(p.step_s for p in kept)
@@ -204,7 +213,7 @@ def test_ranking_keeps_before_rejects_and_orders_by_step_time():
 def test_shapes_the_model_cannot_take_are_rejected_with_reasons():
     cluster = Cluster("24", gpus=24, gpus_per_node=8, memory=80e9, intra_bw=450e9,
                       inter_bw=50e9, flops=1e15)
-    p = plan.evaluate(plan.SEED_70B, cluster, dp=8, tp=3, global_batch=100)
+    p = plan.evaluate(plan.PRACTICE_70B, cluster, dp=8, tp=3, global_batch=100)
     assert not p.kept
     assert any("64 heads" in r and "tp=3" in r for r in p.reasons)
     assert any("global batch 100" in r for r in p.reasons)
@@ -219,7 +228,7 @@ def test_shapes_the_model_cannot_take_are_rejected_with_reasons():
 ])
 def test_bad_options_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        plan.evaluate(plan.SEED_70B, plan.H100_32, global_batch=1024, **kwargs)
+        plan.evaluate(plan.PRACTICE_70B, plan.H100_32, global_batch=1024, **kwargs)
 
 
 @pytest.mark.parametrize("make, match", [
@@ -232,7 +241,62 @@ def test_bad_options_raise(kwargs, match):
                      flops=1), "multiple of gpus_per_node"),
     (lambda: Cluster("c", gpus=8, gpus_per_node=8, memory=-1, intra_bw=1, inter_bw=1,
                      flops=1), "Cluster.memory"),
+    (lambda: Cluster("c", gpus=8, gpus_per_node=8, memory=1, intra_bw=1, inter_bw=1,
+                     flops=1, achievable=60), "Cluster.achievable"),
 ])
 def test_bad_inputs_name_the_field(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# --- module 07's tables ---------------------------------------------------------------------------
+
+def test_axis_table_has_one_scope_forward_and_backward():
+    h, s, b, t = 8192, 4096, 1, 8
+    act = b * s * h * 2  # one bf16 (b, s, h) activation
+    rows = {r.axis: r.nbytes for r in plan.axis_rows(h, s, heads=64, ranks=t)}
+    assert rows["TP"] == pytest.approx(4 * 2 * (t - 1) / t * act)  # 4 ring all-reduces
+    assert rows["PP"] == pytest.approx(2 * act)  # activation forward, gradient backward
+    assert rows["DP"] == pytest.approx(2 * (t - 1) / t * 12 * h * h * 2)  # bf16 gradients
+    # ring attention: K and V (2 act / c a step) pass c-1 steps forward, K V dK dV backward
+    assert rows["CP"] == pytest.approx(3 * (t - 1) * 2 * act / t)
+    # top-2 of 64 experts: capacity ceil(4096·2/64) = 128, E·c = 8192 rows of h each way
+    buffer = 64 * 128 * h * 2
+    assert rows["EP"] == pytest.approx(2 * 2 * (t - 1) / t * buffer)  # 2 all-to-alls, fwd+bwd
+    table = plan.axis_table(h, s, heads=64, ranks=t)
+    assert table.count("\n") == 6 and "| TP |" in table and "448 |" in table
+
+
+def test_placement_table_prices_the_groups_the_given_function_counts():
+    def spans(groups, gpn):  # written here: distinct nodes of the worst group
+        return max(len({r // gpn for r in g}) for g in groups)
+
+    sizes, traffic = {"dp": 8, "pp": 8, "tp": 8}, {"tp": 900e9, "pp": 50e9, "dp": 10e9}
+    inner = plan.placement_table(sizes, ["tp", "pp", "dp"], traffic, plan.H100_512, spans)
+    assert "| TP 8 | 1 | NVLink | 900.0 GB | 2.00 s |" in inner  # 900e9 / 450e9
+    assert "| PP 8 | 8 | InfiniBand | 50.0 GB | 1.00 s |" in inner
+    turned = plan.placement_table(sizes, ["dp", "pp", "tp"], traffic, plan.H100_512, spans)
+    assert "| TP 8 | 8 | InfiniBand | 900.0 GB | 18.00 s |" in turned
+    assert "| DP 8 | 1 | NVLink |" in turned
+    calls = []
+    plan.placement_table(sizes, ["tp", "pp", "dp"], traffic, plan.H100_512,
+                         lambda g, n: calls.append((len(g), n)) or 1)
+    assert calls == [(64, 8)] * 3  # 64 groups of 8 on each axis, 8 GPUs per node
+
+
+def test_published_table_shows_the_planner_and_the_published_mfu():
+    table = plan.published_table()
+    for name, (sizes, mfu) in plan.PUBLISHED.items():
+        model, cluster, batch = plan.PRESETS[name]
+        theirs = plan.evaluate(model, cluster, global_batch=batch, recompute="full", **sizes)
+        assert f"| {model.name} | {theirs.label} | yes | {theirs.mfu:.0%} |" in table
+        assert mfu in table and "arXiv:" in mfu
+        assert theirs.mfu <= cluster.achievable
+    assert "52%" in table and "38-43%" in table
+
+
+def test_plans_table_rows():
+    p = seed70(dp=4, tp=8, strategy="zero1", recompute="full")
+    row = plan.plans_table([p]).splitlines()[2]
+    assert row.startswith(f"| {p.label} | 1 | yes | {p.memory_total / 1e9:.1f} |")
+    assert row.endswith(f"| {p.step_s:.1f} | {p.mfu:.0%} |")

@@ -13,17 +13,17 @@ from parlab import plan  # noqa: E402
 from parlab.plan import topology
 from parlab.widgets import planner_widget  # noqa: E402
 
-MTNLG = "MT-NLG 530B on 512 H100 (seed 003 quiz)"
+MTNLG = "MT-NLG 530B on 512 H100 (the TP 8 × PP 8 × DP 8 quiz)"
 
 
 def legend_texts(fig) -> list[str]:
     return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
-def test_default_is_the_seed_problem_and_matches_the_planner():
+def test_default_is_practice_problem_1_and_matches_the_planner():
     w = planner_widget()
-    expected = plan.plan(plan.SEED_70B, plan.H100_32, global_batch=1024)
-    assert w.summary["model"] is plan.SEED_70B and w.summary["cluster"] is plan.H100_32
+    expected = plan.plan(plan.PRACTICE_70B, plan.H100_32, global_batch=1024)
+    assert w.summary["model"] is plan.PRACTICE_70B and w.summary["cluster"] is plan.H100_32
     assert w.summary["plans"] == expected
     assert w.summary["chosen"] == plan.best(expected)
     assert w.summary["chosen"].label in w.html.value
@@ -37,7 +37,7 @@ def test_changing_a_control_replans_and_redraws():
     w = planner_widget()
     before = w.figure
     w.controls["global_batch"].value = 512
-    assert w.summary["plans"] == plan.plan(plan.SEED_70B, plan.H100_32, global_batch=512)
+    assert w.summary["plans"] == plan.plan(plan.PRACTICE_70B, plan.H100_32, global_batch=512)
     assert w.figure is not before
     w.controls["choice"].value = 2
     assert w.summary["chosen"] == w.summary["kept"][1]
@@ -72,7 +72,7 @@ def test_invalid_input_or_nothing_fitting_is_said_not_drawn():
 
 
 def test_topology_labels_every_gpu_and_outlines_tp_groups():
-    p = plan.evaluate(plan.SEED_70B, plan.H100_32, dp=4, tp=8, recompute="full",
+    p = plan.evaluate(plan.PRACTICE_70B, plan.H100_32, dp=4, tp=8, recompute="full",
                       global_batch=1024)
     fig = topology.draw_plan(p, plan.H100_32)
     ax = fig.axes[0]
@@ -92,3 +92,13 @@ def test_shown_nodes_include_each_axis_neighbour():
     fig = topology.draw_plan(p, plan.H100_512, max_nodes=2)
     assert fig.axes[0].get_title().endswith("showing 2 of 64 nodes")
     assert any("DP → node 8 (not shown)" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_achievable_share_of_peak_bounds_the_mfu():
+    w = planner_widget()
+    assert w.controls["achievable_pct"].value == pytest.approx(100 * plan.ACHIEVABLE)
+    assert "MFU" in w.html.value and "of peak" in w.html.value
+    assert all(p.mfu <= plan.ACHIEVABLE + 1e-12 for p in w.summary["kept"])
+    w.controls["achievable_pct"].value = 30
+    assert w.summary["cluster"].achievable == pytest.approx(0.3)
+    assert all(p.mfu <= 0.3 + 1e-12 for p in w.summary["kept"])

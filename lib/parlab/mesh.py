@@ -7,7 +7,8 @@ and every rank has one coordinate on each axis. As in picotron, the whole layout
     grid = torch.arange(world).view(dp, pp, ep, cp, tp)      # TP innermost, DP outermost
 
 Ranks that differ only in their tp coordinate are consecutive numbers, so with 8 ranks to a
-node a TP group of up to 8 sits inside one node (NVLink); the next axes out (cp, ep) come next,
+node a TP group whose size divides 8 sits inside one node (NVLink; a TP of 3 puts ranks 6, 7, 8
+on two nodes); the next axes out (cp, ep) come next,
 then pp, and dp spans the most nodes. This is Megatron's order (TP, then CP/EP, then PP, then
 DP). Megatron folds EP into the DP×CP ranks of the expert layers; here EP is an axis of its own,
 which is the same thing when the dense layers' dp is read as dp×ep.

@@ -3,7 +3,7 @@
 dist.new_group is a collective over the whole world (the default group): every rank must call
 it for every group, in the same order, even for the groups it is not in. Skipping the others
 leaves the ranks' calls out of step, so they wait on one another and the run hangs (the check
-stops it after 10 s).
+stops it at its timeout, 20 s).
 
 Replaces build_groups (exercise 1).
 """

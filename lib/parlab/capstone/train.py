@@ -34,7 +34,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -43,6 +42,7 @@ from torch import Tensor, nn
 from parlab.mesh import make_mesh, new_groups
 from parlab.model.corpus import batch, load_corpus
 from parlab.model.gpt import GPT, GPTConfig
+from parlab.model.transformer import Block
 from parlab.tp.attention import TPBlock
 
 __all__ = ["TOLERANCE", "check_plan", "shard_model", "local_batch", "sync_gradients",
@@ -93,10 +93,17 @@ def rank_device() -> torch.device:
     return torch.device("cuda", local)
 
 
-def shard_model(model: GPT, tp_group: Any) -> nn.Module:
+def _block(module: nn.Module) -> Block:
+    if not isinstance(module, Block):
+        raise TypeError(f"GPT.blocks holds a {type(module).__name__}, expected a Block")
+    return module
+
+
+def shard_model(model: GPT, tp_group: dist.ProcessGroup | None) -> nn.Module:
     """A copy of `model` whose blocks are this rank's `TPBlock`s; the rest is replicated."""
     sharded = copy.deepcopy(model)
-    sharded.blocks = nn.ModuleList(TPBlock.from_block(b, group=tp_group) for b in model.blocks)
+    sharded.blocks = nn.ModuleList(TPBlock.from_block(_block(b), group=tp_group)
+                                   for b in model.blocks)
     return sharded
 
 
@@ -107,7 +114,7 @@ def local_batch(x: Tensor, y: Tensor, dp_rank: int, dp: int) -> tuple[Tensor, Te
     return x[rows], y[rows]  # (b, T), (b, T)
 
 
-def sync_gradients(model: nn.Module, dp_group: Any) -> None:
+def sync_gradients(model: nn.Module, dp_group: dist.ProcessGroup | None) -> None:
     """Average every gradient over the DP group, as one flattened bucket (one all-reduce)."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     bucket = torch.cat([g.reshape(-1) for g in grads])  # (n_params,)
@@ -130,7 +137,7 @@ class Replica:
 
     model: nn.Module  # this rank's copy: TP shards of the blocks, the rest replicated
     optimizer: torch.optim.Optimizer
-    groups: dict[str, Any]  # "dp" and "tp": this rank's process groups
+    groups: dict[str, dist.ProcessGroup]  # "dp" and "tp": this rank's process groups
     dp_rank: int  # which rows of every global batch are this rank's
     dp: int
     device: torch.device
@@ -204,7 +211,7 @@ def train_single(cfg: GPTConfig, steps: int, *, batch_size: int, lr: float,
     return losses
 
 
-def _dp_mean(loss: Tensor, dp_group: Any) -> float:
+def _dp_mean(loss: Tensor, dp_group: dist.ProcessGroup | None) -> float:
     """The global batch's mean loss: the mean of the DP ranks' equal-sized shard means."""
     total = loss.reshape(1).clone()
     dist.all_reduce(total, group=dp_group)

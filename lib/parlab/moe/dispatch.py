@@ -1,6 +1,7 @@
 r"""Expert parallelism: dispatch tokens to their experts' ranks and combine them back.
 
-$E$ experts over $t$ ranks, $E_l = E/t$ each, placed in blocks: rank $r$ holds global experts
+$E$ experts over the $\mathrm{ep}$ ranks of the expert-parallel group (its degree, `ep` in
+code), $E_l = E/\mathrm{ep}$ each, placed in blocks: rank $r$ holds global experts
 $rE_l, \dots, (r+1)E_l - 1$, so expert $e$ lives on rank $\lfloor e / E_l \rfloor$ as local
 expert $e \bmod E_l$. Every rank holds the router whole and its own $N$ tokens $(N, C)$.
 
@@ -37,20 +38,20 @@ from parlab.moe.layer import MoE, ffn, keep_mask, queue_position
 __all__ = ["ExpertShard", "AllToAll", "all_to_all", "ep_moe", "ep_moe_capacity", "owner"]
 
 
-def owner(expert: Tensor | int, *, num_experts: int, t: int) -> Any:
-    """Rank holding global expert e under block placement: e // (E / t)."""
-    return expert // (num_experts // t)
+def owner(expert: Tensor | int, *, num_experts: int, ep: int) -> Any:
+    """Rank holding global expert e under block placement: e // (E / ep)."""
+    return expert // (num_experts // ep)
 
 
 class ExpertShard(nn.Module):
-    """This rank's experts of a MoE: w1 (E_l, C, F), w2 (E_l, F, C); global ids first.."""
+    """This rank's experts of a MoE: w1 (E_l, C, F), w2 (E_l, F, C), E_l = E / ep."""
 
-    def __init__(self, layer: MoE, rank: int, t: int) -> None:
+    def __init__(self, layer: MoE, rank: int, ep: int) -> None:
         super().__init__()
-        if layer.num_experts % t:
-            raise ValueError(f"{layer.num_experts} experts do not split over {t} ranks")
+        if layer.num_experts % ep:
+            raise ValueError(f"{layer.num_experts} experts do not split over {ep} ranks")
         self.num_experts, self.k = layer.num_experts, layer.k
-        self.local = layer.num_experts // t
+        self.local = layer.num_experts // ep
         self.first = rank * self.local  # global id of local expert 0
         rows = slice(self.first, self.first + self.local)
         self.w1 = nn.Parameter(layer.w1.detach()[rows].clone())
@@ -66,7 +67,7 @@ class AllToAll(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, out_splits: list[int], in_splits: list[int],
-                group: Any = None) -> Tensor:
+                group: dist.ProcessGroup | None = None) -> Tensor:
         ctx.splits, ctx.group = (out_splits, in_splits), group
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
         dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
@@ -81,17 +82,17 @@ class AllToAll(torch.autograd.Function):
 
 
 def all_to_all(x: Tensor, out_splits: list[int], in_splits: list[int], *,
-               group: Any = None) -> Tensor:
+               group: dist.ProcessGroup | None = None) -> Tensor:
     """Differentiable all_to_all_single: rows of x go out in blocks of in_splits."""
     return AllToAll.apply(x, out_splits, in_splits, group)
 
 
-def _exchange_counts(per_expert: Tensor, t: int, group: Any) -> Tensor:
-    """(E,) rows this rank sends to each global expert -> (t, E_l): rows it receives from
+def _exchange_counts(per_expert: Tensor, ep: int, group: dist.ProcessGroup | None) -> Tensor:
+    """(E,) rows this rank sends to each global expert -> (ep, E_l): rows it receives from
     each source rank for each local expert."""
     recv = torch.empty_like(per_expert)
     dist.all_to_all_single(recv, per_expert, group=group)  # equal splits of E_l counts
-    return recv.view(t, -1)
+    return recv.view(ep, -1)
 
 
 def _run_local(shard: ExpertShard, rows: Tensor, local_ids: Tensor) -> Tensor:
@@ -105,21 +106,21 @@ def _run_local(shard: ExpertShard, rows: Tensor, local_ids: Tensor) -> Tensor:
 
 
 def ep_moe(x: Tensor, gates: Tensor, experts: Tensor, shard: ExpertShard, *,
-           group: Any = None) -> Tensor:
+           group: dist.ProcessGroup | None = None) -> Tensor:
     """y = x + sum_j g_ij FFN_{e_ij}(x_i) with experts on their ranks (no capacity).
 
     x (N, C) this rank's tokens; gates (N, k); experts (N, k) global ids."""
-    t = dist.get_world_size(group)
+    ep = dist.get_world_size(group)
     n, k = experts.shape
     flat = experts.flatten()  # (Nk,): token i choice j at i*k + j
     order = torch.argsort(flat, stable=True)  # by expert, hence by destination rank
     send = x[order // k]  # (Nk, C)
     per_expert = torch.bincount(flat, minlength=shard.num_experts)  # (E,)
-    recv_counts = _exchange_counts(per_expert, t, group)  # (t, E_l)
-    in_splits = per_expert.view(t, -1).sum(dim=1).tolist()
+    recv_counts = _exchange_counts(per_expert, ep, group)  # (ep, E_l)
+    in_splits = per_expert.view(ep, -1).sum(dim=1).tolist()
     out_splits = recv_counts.sum(dim=1).tolist()
     rows = all_to_all(send, out_splits, in_splits, group=group)  # (sum out, C)
-    local_ids = torch.repeat_interleave(torch.arange(shard.local, device=x.device).repeat(t),
+    local_ids = torch.repeat_interleave(torch.arange(shard.local, device=x.device).repeat(ep),
                                         recv_counts.flatten())
     done = _run_local(shard, rows, local_ids)
     back = all_to_all(done, in_splits, out_splits, group=group)  # (Nk, C), sorted order
@@ -128,21 +129,22 @@ def ep_moe(x: Tensor, gates: Tensor, experts: Tensor, shard: ExpertShard, *,
 
 
 def ep_moe_capacity(x: Tensor, gates: Tensor, experts: Tensor, shard: ExpertShard, *,
-                    capacity: int, group: Any = None) -> Tensor:
+                    capacity: int, group: dist.ProcessGroup | None = None) -> Tensor:
     """ep_moe with at most `capacity` slots per expert from this rank: static (E c, C) buffers.
 
     Dropped assignments (keep_mask) add nothing; a token with none kept returns x_i."""
-    t = dist.get_world_size(group)
+    ep = dist.get_world_size(group)
     n, k = experts.shape
     e_count, c = shard.num_experts, capacity
     keep = keep_mask(experts, num_experts=e_count, capacity=c)  # (N, k)
     slot = experts * c + queue_position(experts, num_experts=e_count)  # (N, k) in (E c)
     token = torch.arange(n, device=x.device).unsqueeze(1).expand(n, k)
     send = x.new_zeros(e_count * c, x.shape[1]).index_copy(0, slot[keep], x[token[keep]])
-    rows = all_to_all(send, [shard.local * c] * t, [shard.local * c] * t, group=group)
-    local_ids = torch.arange(shard.local, device=x.device).repeat_interleave(c).repeat(t)
+    splits = [shard.local * c] * ep  # equal, known before the router runs
+    rows = all_to_all(send, splits, splits, group=group)
+    local_ids = torch.arange(shard.local, device=x.device).repeat_interleave(c).repeat(ep)
     done = _run_local(shard, rows, local_ids)
-    back = all_to_all(done, [shard.local * c] * t, [shard.local * c] * t, group=group)
+    back = all_to_all(done, splits, splits, group=group)
     picked = back[slot.clamp(max=e_count * c - 1).flatten()].view(n, k, -1)  # (N, k, C)
     weight = (gates * keep).unsqueeze(-1)  # dropped: 0
     return x + (weight * picked).sum(dim=1)

@@ -5,7 +5,8 @@ For token $x_i$ (a row of the $(N, C)$ input):
 
 - probabilities $p_i = \mathrm{softmax}(W_r x_i)$ over all $E$ experts;
 - its $k$ experts $e_{i1}, \dots, e_{ik}$ are the top-$k$ of $p_i$ (largest first), its gates
-  $g_{ij} = p_{i e_{ij}}$ (not renormalised, so the router learns through them);
+  $g_{ij} = p_{i e_{ij}}$, not renormalised over the chosen $k$ (Switch's top-1 gate, taken to
+  $k$ choices; GShard's top-2 gating and DeepSeek-V3 divide by the chosen ones' sum instead);
 - output $y_i = x_i + \sum_j m_{ij}\, g_{ij}\, \mathrm{FFN}_{e_{ij}}(x_i)$ with
   $\mathrm{FFN}_e(h) = \mathrm{GeLU}(h W_1^{(e)}) W_2^{(e)}$ and $m_{ij} \in \{0, 1\}$ the keep
   mask (all ones without a capacity). A dropped assignment skips its expert; a token dropped
@@ -13,8 +14,9 @@ For token $x_i$ (a row of the $(N, C)$ input):
 
 Auxiliary balance loss (Switch Transformer, with $k$ choices per token):
 $L_\text{aux} = E \sum_e f_e P_e$, $f_e$ = share of the $Nk$ assignments that chose $e$,
-$P_e$ = mean over tokens of $p_{ie}$. It is 1 for a perfectly even router and up to $E$ when
-every token picks the same expert.
+$P_e$ = mean over tokens of $p_{ie}$. It is 1 for a perfectly even router and at most $E/k$:
+when every token picks the same $k$ experts, each has $f_e = 1/k$ and their $P_e$ sum to at
+most 1 (for top-1, $E$).
 
 Capacity: each expert takes at most $c = \lceil \phi\, N k / E \rceil$ assignments from a group
 of $N$ tokens ($\phi$ = capacity factor). Rule (`keep_mask`): assignments are served in order

@@ -5,6 +5,8 @@
 - `presets`: the course's practice problems and published runs.
 - `planner`: `plan`, `best`, `evaluate`, `table`.
 - `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
+- `tables`: module 07's tables as Markdown (`axis_table`, `placement_table`, `plans_table`,
+  `published_table`).
 """
 
 from parlab.plan.costs import (
@@ -18,7 +20,7 @@ from parlab.plan.costs import (
     stage_params,
     state_memory,
 )
-from parlab.plan.planner import STRATEGIES, best, evaluate, plan, table
+from parlab.plan.planner import STRATEGIES, best, evaluate, peak_seconds, plan, table
 from parlab.plan.presets import (
     DEEPSEEK_CLUSTER,
     DEEPSEEK_V3,
@@ -29,17 +31,28 @@ from parlab.plan.presets import (
     MEGATRON_1T,
     MEGATRON_CLUSTER,
     MODEL_512,
+    PRACTICE_70B,
     PRESETS,
+    PUBLISHED,
     SEED_70B,
 )
+from parlab.plan.tables import (
+    axis_rows,
+    axis_table,
+    markdown,
+    placement_table,
+    plans_table,
+    published_table,
+)
 from parlab.plan.topology import AXIS_COLOURS, draw_plan, shown_nodes
-from parlab.plan.types import AxisTraffic, Cluster, Model, Plan, Shape
+from parlab.plan.types import ACHIEVABLE, AxisTraffic, Cluster, Model, Plan, Shape
 
 __all__ = [
     "Model", "Cluster", "Shape", "AxisTraffic", "Plan", "RECOMPUTE", "DP_GROUP", "nodes_spanned",
     "stage_layers", "stage_params", "state_memory", "activation_memory", "axis_bytes",
-    "stage_imbalance", "SEED_70B", "H100_32", "MODEL_512", "H100_512", "LLAMA3_405B",
-    "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3", "DEEPSEEK_CLUSTER",
-    "PRESETS", "evaluate", "plan", "best", "table", "STRATEGIES", "AXIS_COLOURS", "shown_nodes",
-    "draw_plan",
+    "stage_imbalance", "PRACTICE_70B", "SEED_70B", "H100_32", "MODEL_512", "H100_512",
+    "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
+    "DEEPSEEK_CLUSTER", "PRESETS", "evaluate", "plan", "best", "table", "STRATEGIES",
+    "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
+    "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
 ]

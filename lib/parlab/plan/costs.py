@@ -118,7 +118,8 @@ def axis_bytes(model: Model, shape: Shape, *, strategy: str, micro_batch: int,
     """{axis: bytes one GPU sends per optimizer step} for tp, cp, ep, pp, dp."""
     b, m, h, t = micro_batch, microbatches, model.hidden, shape.tp
     s_c, layers = max(1, model.seq // shape.cp), stage_layers(model, shape.pp)
-    kv = b * block_bytes(s_c, h / model.heads, heads=model.heads / t)
+    # K and V of s_c tokens for this rank's a/t heads of h/a features: linear in h/t
+    kv = b * block_bytes(s_c, head_dim=1, heads=1) * h / t
     out = {"tp": m * layers * costs.tp_bytes_per_layer(b, s_c, h, t),
            "cp": m * layers * 3 * (shape.cp - 1) * kv, "ep": 0.0,
            "pp": m * 2 * (2 * b * s_c * h / t) if shape.pp > 1 else 0.0}

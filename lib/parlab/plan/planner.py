@@ -1,11 +1,11 @@
 r"""A parallelism planner: every DP × TP × PP (× CP × EP) shape of a cluster, ranked.
 
-Seed 003 section 8's recipe, as code: work memory-first, then comms.
+The recipe module 07 teaches, as code: work memory-first, then comms.
 
     from parlab import plan
     plans = plan.plan(plan.LLAMA3_405B, plan.LLAMA3_CLUSTER, global_batch=2048)
     print(plan.table(plans))                      # best first; rejected ones last, with why
-    one = plan.evaluate(plan.SEED_70B, plan.H100_32, dp=4, tp=8, global_batch=1024)
+    one = plan.evaluate(plan.PRACTICE_70B, plan.H100_32, dp=4, tp=8, global_batch=1024)
     one.memory, one.traffic, one.bubble, one.reasons
 
 For each shape $(d, t, p, c, e)$ with $dtpce$ = GPUs, each ZeRO strategy and each recompute
@@ -14,10 +14,12 @@ policy, `evaluate`:
    (sequences) splits into $m = B / (d\,e\,b)$ micro-batches of b for every pipeline;
 2. memory per GPU of the first (fullest) stage, from `plan_costs`, against `usable` × memory;
 3. places each axis on the rank grid (`parlab.mesh`, TP innermost) and reads the link its
-   groups ride; TP groups that leave a node are rejected (seed rule 1: its all-reduces sit
-   between dependent GEMMs);
-4. times a step. Compute $T_c = f N_{act} B s / (G F)$ ($f = 6$, 8 with full recomputation)
-   times the busiest stage's share (`plan_costs.stage_imbalance`); TP, CP, EP and PP bytes
+   groups ride; TP groups that leave a node are rejected (rule 1 of the placement heuristics:
+   its all-reduces sit between dependent GEMMs);
+4. times a step. Compute $T_c = f N_{act} B s / (G a F)$ ($f = 6$ FLOPs per token and
+   parameter, 8 with full recomputation, which runs the forward twice; $a$ =
+   `Cluster.achievable`, the share of the peak F the matmuls sustain) times the busiest
+   stage's share (`plan_costs.stage_imbalance`); TP, CP, EP and PP bytes
    over their link's bandwidth lie on the critical path and, with $T_c$, make the busy time
    W; the pipeline adds $W\frac{\beta}{1-\beta}$, $\beta$ = `costs.bubble_fraction(p, m)`
    (the step is $W\frac{m+p-1}{m}$ before DP); DP shows only what its window cannot hide:
@@ -25,15 +27,17 @@ policy, `evaluate`:
    (zero1, $T_c/m$), or the whole step (zero2, zero3, which send every micro-batch).
 Kept plans are ranked by step time (then memory); rejected ones follow with their reasons.
 
-Where the model is rough: compute is $6N$ per token at peak FLOP/s (no attention-score FLOPs,
-no kernel efficiency), so step times and MFU are optimistic and communication weighs more
-against compute than it will on a real run; links are bandwidth only (no latency, no
-contention between axes sharing a NIC, one NIC per GPU); CP and EP traffic is counted as
-exposed (ring attention and DualPipe-style overlap hide much of it); a PP group is called
-inter-node if any of its ranks sits on another node, though only neighbours talk; activations
-use the GPT-style 34·sbh per layer (SwiGLU, GQA and MLA change it), MoE layers' as if dense;
-stages take ⌈L/p⌉ layers (Llama 3 trims the first and last stage instead); no interleaved
-schedule (v = 1), so deep pipelines with few micro-batches pay the full bubble.
+MFU (`Plan.mfu`, defined in `parlab.plan.types`) is the step's $6N_{act}$ FLOPs per token at
+peak over the step time, so it is at most `achievable`; published runs report 38-52%.
+
+Where the model is rough: compute is $6N$ per token (no attention-score FLOPs) at one assumed
+share of peak for every kernel, so step times and MFU are optimistic; links are bandwidth only
+(no latency, no contention between axes sharing a NIC, one NIC per GPU); CP and EP traffic is
+counted as exposed (ring attention and DualPipe-style overlap hide much of it); a PP group is
+called inter-node if any of its ranks sits on another node, though only neighbours talk;
+activations use the GPT-style 34·sbh per layer (SwiGLU, GQA and MLA change it), MoE layers' as
+if dense; stages take ⌈L/p⌉ layers (Llama 3 trims the first and last stage instead); no
+interleaved schedule (v = 1), so deep pipelines with few micro-batches pay the full bubble.
 """
 
 from __future__ import annotations
@@ -62,15 +66,16 @@ from parlab.plan.presets import (
     MEGATRON_1T,
     MEGATRON_CLUSTER,
     MODEL_512,
+    PRACTICE_70B,
     PRESETS,
     SEED_70B,
 )
 from parlab.plan.types import AxisTraffic, Cluster, Model, Plan, Shape
 
 __all__ = ["Model", "Cluster", "AxisTraffic", "Plan", "evaluate", "plan", "best", "table",
-           "STRATEGIES", "RECOMPUTE", "PRESETS", "SEED_70B", "H100_32", "MODEL_512", "H100_512",
-           "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
-           "DEEPSEEK_CLUSTER"]
+           "STRATEGIES", "RECOMPUTE", "PRESETS", "PRACTICE_70B", "SEED_70B", "H100_32",
+           "MODEL_512", "H100_512", "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T",
+           "MEGATRON_CLUSTER", "DEEPSEEK_V3", "DEEPSEEK_CLUSTER"]
 
 STRATEGIES = ("ddp", "zero1", "zero3")
 """The data-parallel strategies `plan` tries by default (fsdp is zero3 under another name).
@@ -128,10 +133,15 @@ def _traffic(cluster: Cluster, s: Shape, nbytes: dict[str, float]) -> tuple[Axis
     return tuple(out)
 
 
+def peak_seconds(model: Model, cluster: Cluster, tokens: float) -> float:
+    """Seconds a step's 6·N_act FLOPs per token take on every GPU at peak FLOP/s."""
+    return 6 * model.active_params * tokens / (cluster.gpus * cluster.flops)
+
+
 def _times(model: Model, cluster: Cluster, s: Shape, traffic: tuple[AxisTraffic, ...], *,
            strategy: str, recompute: str, tokens: float, m: int
            ) -> tuple[dict[str, float], float]:
-    useful = 6 * model.active_params * tokens / (cluster.gpus * cluster.flops)
+    useful = peak_seconds(model, cluster, tokens) / cluster.achievable
     compute = useful * (8 / 6 if recompute == "full" else 1.0) * stage_imbalance(model, s.pp)
     times = {"compute useful": useful, "compute overhead": compute - useful}
     for t in traffic:
@@ -200,7 +210,8 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
                      f"of up to {stage_layers(model, pp)} layers")
     fails = problems + fails
     return Plan(dp, tp, pp, cp, ep, strategy, recompute, micro_batch, m, memory, capacity,
-                traffic, bubble, times, kept=not fails, reasons=tuple(fails or notes))
+                traffic, bubble, times, kept=not fails, reasons=tuple(fails or notes),
+                peak_compute_s=peak_seconds(model, cluster, global_batch * model.seq))
 
 
 def _divisors(n: int) -> list[int]:

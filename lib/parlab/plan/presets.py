@@ -1,15 +1,16 @@
-"""Models and clusters for the planner (`parlab.plan`): the seeds' problems and published runs.
+"""Models and clusters for the planner (`parlab.plan`): module 07's problems and published runs.
 
 Bandwidths are bytes/s per GPU, ONE direction (NVLink datasheets quote both directions added).
 
-- `SEED_70B` on `H100_32`: seed 003, practice problem 1: a 70B dense model on 32 H100 80 GB, 8 per
-  node. The seed gives only the parameter count; layers 80, hidden 8192, 64 heads, sequence
-  4096 are Llama 2 70B's (Touvron et al. 2023, arXiv:2307.09288); the vocabulary is left out
-  as the seed does (16 B/param of state). Batch 1024 sequences (4M tokens, Llama 2's).
-- `MODEL_512` on `H100_512`: seed 003 section 8's quiz, 512 H100 in 64 nodes, TP 8 × PP 8 × DP 8.
-  The seed names no model. Megatron-Turing NLG 530B (Smith et al. 2022, arXiv:2201.11990: 105
+- `PRACTICE_70B` on `H100_32`: module 07's practice problem 1, a 70B dense model on 32 H100
+  80 GB, 8 per node. The problem gives only the parameter count; layers 80, hidden 8192, 64
+  heads, sequence 4096 are Llama 2 70B's (Touvron et al. 2023, arXiv:2307.09288); the
+  vocabulary is left out as the problem does (16 B/param of state). Batch 1024 sequences (4M
+  tokens, Llama 2's). `SEED_70B` is its earlier name, kept for code written against it.
+- `MODEL_512` on `H100_512`: module 07's quiz, 512 H100 in 64 nodes as TP 8 × PP 8 × DP 8.
+  The quiz names no model. Megatron-Turing NLG 530B (Smith et al. 2022, arXiv:2201.11990: 105
   layers, hidden 20480, 128 heads, sequence 2048, global batch 1920; GPT-2's BPE vocabulary,
-  50257) was trained the seed's way, TP 8 inside a node and PP (35) across nodes, on A100s.
+  50257) was trained that way, TP 8 inside a node and PP (35) across nodes, on A100s.
   Smaller models (GPT-3 175B) rank TP 4 first here: their state fits, and TP 4 sends 3/7 of
   TP 8's bytes.
 - `LLAMA3_405B` on `LLAMA3_CLUSTER`: Llama 3 405B (Dubey et al. 2024, "The Llama 3 Herd of
@@ -39,7 +40,9 @@ from parlab.plan.types import Cluster, Model
 _NVLINK4 = costs.NVLINK_PER_DIRECTION_BYTES_PER_S  # 450e9: 900 GB/s counts both directions
 _NIC = costs.NIC_400G_BYTES_PER_S  # 50e9: one 400 Gb/s NIC per GPU
 
-SEED_70B = Model("70B dense (seed 003)", 70e9, layers=80, hidden=8192, heads=64, seq=4096)
+PRACTICE_70B = Model("70B dense (practice problem 1)", 70e9, layers=80, hidden=8192, heads=64,
+                     seq=4096)
+SEED_70B = PRACTICE_70B  # the earlier name
 H100_32 = Cluster("32 × H100 80 GB (4 nodes)", gpus=32, gpus_per_node=8, memory=80e9,
                   intra_bw=_NVLINK4, inter_bw=_NIC, flops=costs.H100_BF16_FLOPS)
 MODEL_512 = Model("MT-NLG 530B", 530e9, layers=105, hidden=20480, heads=128, seq=2048,
@@ -62,10 +65,23 @@ DEEPSEEK_CLUSTER = Cluster("2,048 × H800 80 GB (DeepSeek-V3)", gpus=2048, gpus_
                            memory=80e9, intra_bw=160e9, inter_bw=_NIC, flops=989e12)
 
 PRESETS: dict[str, tuple[Model, Cluster, int]] = {
-    "70B on 32 H100 (seed 003)": (SEED_70B, H100_32, 1024),
-    "MT-NLG 530B on 512 H100 (seed 003 quiz)": (MODEL_512, H100_512, 1920),
+    "70B on 32 H100 (practice problem 1)": (PRACTICE_70B, H100_32, 1024),
+    "MT-NLG 530B on 512 H100 (the TP 8 × PP 8 × DP 8 quiz)": (MODEL_512, H100_512, 1920),
     "Llama 3 405B on 16,384 H100": (LLAMA3_405B, LLAMA3_CLUSTER, 2048),
     "GPT 1T on 3,072 A100 (Megatron-LM)": (MEGATRON_1T, MEGATRON_CLUSTER, 3072),
     "DeepSeek-V3 on 2,048 H800 (MoE)": (DEEPSEEK_V3, DEEPSEEK_CLUSTER, 15360),
 }
 """Name → (model, cluster, global batch in sequences), for the widget and the notebook."""
+
+PUBLISHED: dict[str, tuple[dict[str, int], str]] = {
+    "Llama 3 405B on 16,384 H100": (
+        {"tp": 8, "pp": 16, "dp": 128},
+        "38-43% BF16 (Dubey et al. 2024, arXiv:2407.21783, table 4)"),
+    "GPT 1T on 3,072 A100 (Megatron-LM)": (
+        {"tp": 8, "pp": 64, "dp": 6},
+        "52% of peak, 163 TFLOP/s (Narayanan et al. 2021, arXiv:2104.04473, table 1), counting "
+        "the recomputed forward: about 39% without it"),
+}
+"""Preset name -> (the run's published plan, the MFU it reports). Megatron-LM counts
+96·B·s·l·h² FLOPs per step, the recomputed forward included (72 without), so its 52% is
+52% · 72/96 = 39% in the 6N count this course calls MFU (`parlab.plan.Plan.mfu`)."""

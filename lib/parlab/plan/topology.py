@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -60,6 +61,8 @@ def _gb(nbytes: float) -> str:
 def _describe(plan: Plan, axis: str) -> str:
     """Legend text: size, link, how many nodes a group spans, bytes per GPU per step."""
     t = plan.axis(axis)
+    if t is None:
+        raise ValueError(f"the plan has no {axis} traffic to describe ({plan.label})")
     where = "inside a node" if t.intra_node else f"spans {t.nodes} nodes"
     size = f"{getattr(plan, axis)}" + (f" (dense grads over {t.size})"
                                        if t.size != getattr(plan, axis) else "")
@@ -135,7 +138,8 @@ def draw_plan(plan: Plan, cluster: Cluster, ax: Axes | None = None, *,
     """The plan's rank grid on the cluster's nodes; see the module docstring."""
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 4.2), layout="constrained")
-    fig = ax.figure
+    fig = ax.get_figure(root=True)
+    assert isinstance(fig, Figure)  # an Axes always belongs to a root Figure
     mesh = _mesh(plan, cluster)
     lay = _Layout(shown_nodes(plan, cluster, max_nodes), cluster.gpus_per_node)
     _draw_nodes(ax, mesh, plan, lay)
@@ -143,8 +147,8 @@ def draw_plan(plan: Plan, cluster: Cluster, ax: Axes | None = None, *,
     axes = [a for a in ("pp", "dp", "cp", "ep") if getattr(plan, a) > 1]
     for level, axis in enumerate(axes):
         _draw_axis(ax, mesh, lay, axis, level)
-    handles = [Patch(fc=plt.get_cmap("tab20")(0), ec="black",
-                     label="GPU (d, p, t) = (dp, pp, tp) coordinates; colour: its TP group")]
+    handles: list[Artist] = [Patch(fc=plt.get_cmap("tab20")(0), ec="black", label="GPU (d, p, "
+                                   "t) = (dp, pp, tp) coordinates; colour: its TP group")]
     handles += [Line2D([], [], color=AXIS_COLOURS[a], lw=2, label=_describe(plan, a)
                        + (" (outlined groups)" if a == "tp" else ""))
                 for a in (["tp"] if plan.tp > 1 else []) + axes]

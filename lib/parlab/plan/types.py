@@ -2,6 +2,12 @@ r"""The planner's data: what it is given (`Model`, `Cluster`) and what it return
 
 `parlab.plan` builds these; `parlab.plan.costs` computes their numbers. Every field carries a
 docstring; sizes are in parameters, tokens, bytes, bytes/s (one direction) and FLOP/s.
+MFU (model FLOPs utilisation) is the share of the GPUs' peak FLOP/s that the model's own
+arithmetic uses: $\text{MFU} = \frac{6 N_\text{act} \cdot \text{tokens per second}}{G F}$ for
+$G$ GPUs of peak $F$, with $6N$ FLOPs per token ($2N$ forward, a multiply and an add per
+weight, $4N$ backward, for the input's and the weight's gradients); recomputation does not
+count. The planner runs the matmuls at `Cluster.achievable` of peak and adds communication and
+the bubble, so its MFU is at most `achievable`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,15 @@ _HINTS = {
     "gpus": "the number of GPUs", "gpus_per_node": "GPUs per node, e.g. 8",
     "memory": "bytes per GPU, e.g. 80e9", "intra_bw": "bytes/s per direction, e.g. 450e9",
     "inter_bw": "bytes/s per direction, e.g. 50e9", "flops": "FLOP/s per GPU, e.g. 989e12",
+    "achievable": "the share of peak FLOP/s the matmuls sustain, in (0, 1], e.g. 0.6",
 }
+ACHIEVABLE = 0.6
+"""The share of peak FLOP/s the planner lets a step's matmuls run at, unless a Cluster says
+otherwise. An assumption of this course, not a measurement: kernels below peak, launch gaps
+and the non-matmul work (norms, softmax, optimizer) all cost time. For scale, published runs
+report MFU of 52% (GPT 1T on 3072 A100, arXiv:2104.04473, counting the recomputed forward) and
+38-43% (Llama 3 405B on 8,192-16,384 H100, arXiv:2407.21783), communication and bubbles
+included."""
 
 
 def _whole(owner: str, name: str, value: object, minimum: int = 1) -> None:
@@ -31,8 +45,9 @@ def _whole(owner: str, name: str, value: object, minimum: int = 1) -> None:
 
 
 def _positive(owner: str, name: str, value: object, *, zero: bool = False) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero):
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    number = float(value) if isinstance(value, numbers.Real) and real else math.nan
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
         raise ValueError(f"{owner}.{name} must be a finite number {'>=' if zero else '>'} 0, "
                          f"got {value!r}: pass {_HINTS[name]}")
 
@@ -115,17 +130,24 @@ class Cluster:
     inter_bw: float
     """Bytes/s one GPU sends to another node, one direction (one 400 Gb/s NIC per GPU: 50e9)."""
     flops: float
-    """Dense bf16 FLOP/s per GPU, peak (H100 SXM: ~989e12, rounded to 1e15 in the seeds)."""
+    """Dense bf16 FLOP/s per GPU, peak (H100 SXM: ~989e12 on the datasheet, rounded to 1e15 in
+    `parlab.costs.H100_BF16_FLOPS`)."""
     intra_name: str = "NVLink"
     """Name of the link inside a node, for tables and drawings."""
     inter_name: str = "InfiniBand"
     """Name of the link between nodes."""
+    achievable: float = ACHIEVABLE
+    """Share of `flops` a step's matmuls run at (see ACHIEVABLE): compute time is the model's
+    FLOPs over achievable · flops, and the planner's MFU can be at most this."""
 
     def __post_init__(self) -> None:
         _whole("Cluster", "gpus", self.gpus)
         _whole("Cluster", "gpus_per_node", self.gpus_per_node)
-        for name in ("memory", "intra_bw", "inter_bw", "flops"):
+        for name in ("memory", "intra_bw", "inter_bw", "flops", "achievable"):
             _positive("Cluster", name, getattr(self, name))
+        if self.achievable > 1:
+            raise ValueError(f"Cluster.achievable={self.achievable!r} is a share of the peak: "
+                             f"pass {_HINTS['achievable']}")
         if self.gpus % self.gpus_per_node:
             raise ValueError(f"Cluster.gpus={self.gpus} is not a whole number of nodes of "
                              f"{self.gpus_per_node}: use a multiple of gpus_per_node")
@@ -210,6 +232,8 @@ class Plan:
     """True when every check passed."""
     reasons: tuple[str, ...] = field(default=())
     """Why it was rejected (every failed check) or, when kept, what makes it work."""
+    peak_compute_s: float = 0.0
+    """Seconds the model's 6·N_act FLOPs per token of a step would take at peak FLOP/s."""
 
     @property
     def memory_total(self) -> float:
@@ -221,8 +245,9 @@ class Plan:
 
     @property
     def mfu(self) -> float:
-        """Useful compute (6N per token, at peak) over the step time."""
-        return self.times["compute useful"] / self.step_s if self.step_s else 0.0
+        """Model FLOPs utilisation: the step's 6N FLOPs per token at peak, over the step time
+        (see the module docstring); at most the cluster's `achievable`."""
+        return self.peak_compute_s / self.step_s if self.step_s else 0.0
 
     @property
     def label(self) -> str:

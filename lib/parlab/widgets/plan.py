@@ -9,8 +9,10 @@ Same pattern as `parlab.widgets` (Explorer):
     planner_widget(preset) -> Planner  (an Explorer with a preset dropdown, `.preset`)
 
 Sizes are typed in the units people quote: parameters in billions, memory in GB, links in
-GB/s per direction (NVLink's 900 GB/s datasheet figure is 450 each way), FLOP/s in TFLOP/s.
-"choice" picks which kept plan (1 = best) the drawing shows.
+GB/s per direction (NVLink's 900 GB/s datasheet figure is 450 each way), FLOP/s in TFLOP/s,
+and the share of that peak the matmuls sustain (`Cluster.achievable`) in percent.
+"choice" picks which kept plan (1 = best) the drawing shows. The table's MFU is the model's
+6N FLOPs per token at the step's rate, over the GPUs' peak (`parlab.plan.Plan.mfu`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ _FIELDS = {
     "gpus": ("cluster", "gpus", 1), "gpus_per_node": ("cluster", "gpus_per_node", 1),
     "memory_gb": ("cluster", "memory", 1e-9), "intra_gbps": ("cluster", "intra_bw", 1e-9),
     "inter_gbps": ("cluster", "inter_bw", 1e-9), "tflops": ("cluster", "flops", 1e-12),
+    "achievable_pct": ("cluster", "achievable", 100),
 }
+_MODEL_FIELDS = sum(owner == "model" for owner, _, _ in _FIELDS.values())
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -61,7 +65,7 @@ def _build(values: dict[str, Any], like: tuple[Model, Cluster]) -> tuple[Model, 
             like[1] if _same(cluster, like[1]) else cluster)
 
 
-def planner_summary(*, like: tuple[Model, Cluster] = (planner.SEED_70B, planner.H100_32),
+def planner_summary(*, like: tuple[Model, Cluster] = (planner.PRACTICE_70B, planner.H100_32),
                     global_batch: int, micro_batch: int, choice: int, **fields: Any) -> Summary:
     """Keys: "model", "cluster", "plans" (ranked), "kept", "rejected", "chosen" (the
     choice-th kept plan, or None), "global_batch", "micro_batch"; or "error" (a message) when
@@ -90,7 +94,8 @@ def describe_planner(s: Summary, *, top: int = 5) -> str:
     if "error" in s:
         return f"<b>cannot plan:</b> {s['error']}"
     head = ("<tr><th>#</th><th>plan</th><th>GB/GPU</th><th>bubble</th><th>step s</th>"
-            "<th>MFU</th><th>TP link</th></tr>")
+            "<th title='model FLOPs utilisation: 6N FLOPs per token at the step rate, over "
+            "the peak'>MFU</th><th>TP link</th></tr>")
     rows = [_row(str(i), p) for i, p in enumerate(s["kept"][:top], 1)]
     rows += [_row("✗", p) + f"<tr><td></td><td colspan=6><i>{'; '.join(p.reasons)}</i></td></tr>"
              for p in s["rejected"][:top]]
@@ -99,7 +104,8 @@ def describe_planner(s: Summary, *, top: int = 5) -> str:
            "no plan fits: add GPUs, recompute, or shrink the micro-batch")
     return (f"<b>{s['model'].name}</b> on <b>{s['cluster'].name}</b>, global batch "
             f"{s['global_batch']:,} × {s['model'].seq:,} tokens: {len(s['kept'])} of "
-            f"{len(s['plans'])} plans kept<table>{head}{''.join(rows)}</table>"
+            f"{len(s['plans'])} plans kept; matmuls at {s['cluster'].achievable:.0%} of peak, "
+            f"so MFU is at most that<table>{head}{''.join(rows)}</table>"
             f"<b>drawn:</b> {chosen.label if chosen else '—'}<br>{why}")
 
 
@@ -119,7 +125,8 @@ def _controls(model: Model, cluster: Cluster, batch: int) -> dict[str, widgets.V
     for name, (owner, field, scale) in _FIELDS.items():
         value = getattr(model if owner == "model" else cluster, field) * scale
         box = widgets.FloatText if scale != 1 else widgets.IntText
-        out[name] = box(value=value, description=name.replace("_", " "), style=_STYLE,
+        label = name.replace("_pct", " %").replace("_", " ")
+        out[name] = box(value=value, description=label, style=_STYLE,
                         continuous_update=False, layout=widgets.Layout(width="17em"))
     out["global_batch"] = widgets.IntText(value=batch, description="global batch",
                                           style=_STYLE, layout=widgets.Layout(width="17em"))
@@ -141,7 +148,9 @@ class Planner(Explorer):
         super().__init__(_controls(*planner.PRESETS[preset]), self._compute, describe_planner,
                          plot_planner, header=(self.preset,))
         self.preset.observe(self._apply_preset, names="value")
-        column = [list(self.controls.values())[i:j] for i, j in ((0, 9), (9, 15), (15, 18))]
+        n_model, n_all = _MODEL_FIELDS, len(_FIELDS)
+        column = [list(self.controls.values())[i:j]
+                  for i, j in ((0, n_model), (n_model, n_all), (n_all, n_all + 3))]
         self.children = (self.preset, widgets.HBox([widgets.VBox(c) for c in column]),
                          self.html, self.output)
 
@@ -166,5 +175,5 @@ class Planner(Explorer):
 
 
 def planner_widget(preset: str = next(iter(planner.PRESETS))) -> Planner:
-    """The planner: defaults are seed 003's practice problem (70B on 32 H100s)."""
+    """The planner: defaults are module 07's practice problem 1 (70B on 32 H100s)."""
     return Planner(preset)

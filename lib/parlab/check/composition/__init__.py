@@ -1,0 +1,19 @@
+"""Graded checks of module 07, "Composition"; the notebook calls them as
+`from parlab.check import composition as compcheck; compcheck.check_axis_groups(axis_groups)`.
+
+- `groups`: exercise 1, the rank grid (`check_axis_groups`) and its process groups on ranks
+  (`check_build_groups`).
+- `place`: exercise 2, each axis placed on the nodes and priced in bytes (`check_placement`).
+- `practice`: exercise 3, the two practice problems (`check_fit_state`, `check_tp_vs_pp`).
+- `common`: the references an answer may not use, the grids, the exercise keys.
+
+Exercise 4, the capstone, has its own module: `parlab.check.capstone`.
+"""
+
+from parlab.check.composition.groups import BUILD_CASES, check_axis_groups, check_build_groups
+from parlab.check.composition.place import check_placement
+from parlab.check.composition.practice import check_fit_state, check_tp_vs_pp
+from parlab.errors import CheckFailed
+
+__all__ = ["check_axis_groups", "check_build_groups", "check_placement", "check_fit_state",
+           "check_tp_vs_pp", "BUILD_CASES", "CheckFailed"]

@@ -1,0 +1,108 @@
+r"""Graded checks of module 07, exercise 3: the two practice problems, computed.
+
+`fit_state(n_params, n_gpus, gpu_bytes, gpus_per_node)` (problem 1: a 70B model on 32 H100s)
+and `tp_vs_pp(h, b, s, t, p, max_bubble)` (problem 2: TP bytes per layer against PP
+micro-batches), compared with `parlab.costs` on the problem's numbers in the visible test and
+on other models, clusters and bounds in the hidden one: bools and integers exactly, bytes to
+1e-9. The hidden bubble bounds include exact cases, $(p-1)/(m+p-1) = x$ at a whole m, where a
+float comparison rounds the wrong way.
+
+While the learner's code runs, every function of parlab.costs, parlab.plan and parlab.mesh
+refuses to run: the exercise is the arithmetic (`common.formula_references`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from parlab import costs
+from parlab.check import call_learner, exercise, expect_type, fail, not_reexport
+from parlab.check.composition.common import FORMULA_REFUSAL, KEYS, formula_references
+
+__all__ = ["check_fit_state", "check_tp_vs_pp", "FIT_CASES", "TP_PP_CASES"]
+FIT_CASES = [(70e9, 32, 80e9, 8), (13e9, 16, 80e9, 8), (175e9, 64, 40e9, 8), (7e9, 8, 24e9, 4),
+             (405e9, 128, 141e9, 8), (30e9, 24, 96e9, 6)]
+TP_PP_CASES = [(8192, 1, 8192, 8, 8, 0.15), (4096, 2, 4096, 4, 4, 0.1),
+               (12288, 1, 2048, 8, 16, 0.05), (5120, 4, 1024, 2, 6, 0.2),
+               (6144, 3, 3072, 6, 5, 0.2)]
+HINTS = {
+    "replica_bytes": "one full replica holds 2 + 2 + 12 = 16 bytes per parameter",
+    "dp_fits": "plain DP keeps a full replica on every GPU: it fits only if 16 P <= memory "
+               "(return a bool)",
+    "zero3_bytes": "ZeRO-3 shards all 16 bytes per parameter over every GPU: 16 P / n_gpus",
+    "tp": "TP fills one node: t = gpus_per_node", "dp": "the nodes are the DP replicas",
+    "tp_only_bytes": "TP alone divides the state by t only: 16 P / t, without ZeRO over DP",
+    "allreduce_bytes": "a ring all-reduce sends 2 (t-1)/t of the b*s*h bf16 tensor (2 bytes)",
+    "layer_bytes": "four all-reduces per layer: two forward, two backward",
+    "m": "smallest m with (p-1)/(m+p-1) <= max_bubble",
+    "m_interleaved": "with v = 2 chunks per rank the bubble is (p-1)/(2m+p-1): smallest m",
+}
+SLIPS = {  # key -> [(got / expected, what gives it)]
+    "allreduce_bytes": [(0.5, "half of it: the reduce-scatter's (t-1)/t alone (a ring "
+                              "all-reduce adds an all-gather: 2 (t-1)/t), or 1 byte per "
+                              "element instead of bf16's 2")],
+    "layer_bytes": [(0.5, "half of it: the forward's two all-reduces only, or 1 byte per "
+                          "element instead of bf16's 2"),
+                    (0.25, "one all-reduce's worth: a layer has four")],
+    "replica_bytes": [(0.75, "12 bytes per parameter: the fp32 master weights are missing"),
+                      (0.25, "4 bytes per parameter: the bf16 weights and gradients only; "
+                             "Adam's fp32 state adds 12")],
+}
+
+
+def _same(got: dict, key: str, value: Any, label: str) -> None:
+    if key not in got:
+        fail(f"{label} has no key {key!r}", hint=f"return a dict with {key!r}: {HINTS[key]}")
+    v = got[key]
+    if isinstance(value, bool):
+        ok = isinstance(v, bool) and v == value
+    elif isinstance(value, int):
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and v == value
+    else:
+        ok = (not isinstance(v, bool) and isinstance(v, (int, float))
+              and abs(v - value) <= 1e-9 * abs(value))
+    if not ok:
+        slip = next((text for r, text in SLIPS.get(key, ())
+                     if isinstance(v, (int, float)) and value
+                     and math.isclose(v / value, r, rel_tol=1e-9)), None)
+        fail(f"{label}[{key!r}]: expected {value!r}, got {v!r}",
+             hint=(f"{slip}. " if slip else "") + HINTS[key])
+
+
+@exercise(KEYS["fit_state"])
+def check_fit_state(fit_state: Callable[..., dict], *, quiet: bool = False) -> None:
+    """fit_state(n_params, n_gpus, gpu_bytes, gpus_per_node) against parlab.costs."""
+    not_reexport(fit_state, name="fit_state")
+    for n, gpus, mem, per_node in FIT_CASES if quiet else FIT_CASES[:1]:
+        label = f"fit_state({n:g}, {gpus}, {mem:g}, {per_node})"
+        got = call_learner(label, fit_state, n, gpus, mem, per_node, refuse=formula_references(),
+                           refusal=FORMULA_REFUSAL)
+        expect_type(got, dict, name=label, what="a dict with the six keys of the exercise")
+        replica = costs.training_state_bytes(n, "ddp", 1)
+        want = {"replica_bytes": replica, "dp_fits": replica <= mem,
+                "zero3_bytes": costs.training_state_bytes(n, "zero3", gpus),
+                "tp": per_node, "dp": gpus // per_node, "tp_only_bytes": replica / per_node}
+        for key, value in want.items():
+            _same(got, key, value, label)
+    if not quiet:
+        print("fit_state OK on practice problem 1 (70B on 32 H100s)")
+
+
+@exercise(KEYS["tp_vs_pp"])
+def check_tp_vs_pp(tp_vs_pp: Callable[..., dict], *, quiet: bool = False) -> None:
+    """tp_vs_pp(h, b, s, t, p, max_bubble) against parlab.costs."""
+    not_reexport(tp_vs_pp, name="tp_vs_pp")
+    for h, b, s, t, p, x in TP_PP_CASES if quiet else TP_PP_CASES[:1]:
+        label = f"tp_vs_pp(h={h}, b={b}, s={s}, t={t}, p={p}, max_bubble={x})"
+        got = call_learner(label, tp_vs_pp, h, b, s, t, p, x, refuse=formula_references(),
+                           refusal=FORMULA_REFUSAL)
+        expect_type(got, dict, name=label, what="a dict with the four keys of the exercise")
+        want = {"allreduce_bytes": costs.ring_allreduce_bytes(b * s * h * 2, t),
+                "layer_bytes": costs.tp_bytes_per_layer(b, s, h, t),
+                "m": costs.min_microbatches(p, x), "m_interleaved": costs.min_microbatches(p, x, 2)}
+        for key, value in want.items():
+            _same(got, key, value, label)
+    if not quiet:
+        print("tp_vs_pp OK on practice problem 2 (h = s = 8192, TP 8, PP 8)")

@@ -1,0 +1,240 @@
+r"""Graded checks of module 06, exercises 3 and 4: expert-parallel dispatch and combine.
+
+Ranks run on gloo with CPU tensors, also on a GPU machine (the sizes are tiny). `ep` is the
+expert-parallel degree, the number of ranks. Setup (float64, tolerance rtol 1e-10): a
+`parlab.moe.MoE` with E = experts_per_rank · ep experts (2 per rank in the visible checks, 3
+in a hidden one, block placement), hidden C = 8, FFN 12, k = 2, every parameter randomised;
+N = 6 tokens per rank whose first feature is 1 and a router that favours expert 0 through it (a
+skewed load). The routing (gates, experts) comes from `parlab.moe.route` and is handed to the
+learner's function with this rank's `ExpertShard`; the loss is sum(y * u) for a seeded u.
+Compared with `parlab.moe.moe_reference` on one device (a loop over tokens, with the capacity
+applied per rank's group of N tokens in exercise 4): y, and the gradients of x, of the gates
+and of this rank's expert weights; `experts` must come back unchanged.
+
+Every `dist.all_to_all_single` is watched (`parlab.check.moe.watch`): receive dtypes, and in
+exercise 3 the split sizes the routing implies; in exercise 4 both forward all-to-alls of
+token rows must carry the static (E c, C) buffer. The hidden checks add ep = 4, and ep = 3
+with 3 experts per rank (with a capacity factor whose capacity is not a whole number).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from parlab.check import (
+    CHECK_TIMEOUT_S,
+    assert_close,
+    assert_unchanged,
+    call_learner,
+    exercise,
+    fail,
+    not_reexport,
+    randomize_parameters,
+    refuse_in_rank,
+    run_checked,
+)
+from parlab.check.moe import watch
+from parlab.check.moe.common import F64_TOL, KEYS, REFUSAL, references, story
+
+__all__ = ["check_ep_moe", "check_ep_capacity"]
+N, C, FFN, K, SKEW, SEED = 6, 8, 12, 2, 3.0, 1  # seed 1: some tokens lose every expert
+CAPACITY_FACTOR = 1.0
+GATES = ("the expert outputs were combined without the gate weights: y_i = x_i + sum_j "
+         "g_ij * FFN_e_ij(x_i), multiply each returned row by its gate before summing")
+RESIDUAL = ("a token dropped by every expert it chose must leave the layer unchanged: "
+            "y_i = x_i through the residual, never zero")
+NO_DROPS = ("every assignment reached its expert: apply keep_mask with the capacity; "
+            "dropped ones add nothing")
+STATIC = ("with a capacity the buffers have static sizes: send exactly c slots per expert, "
+          "an (E * c, C) tensor padded with zeros, with equal splits")
+PER_RANK = ("the experts per rank are shard.local (E / ep), not a fixed number: loop over "
+            "range(shard.local) and split the counts into ep blocks of shard.local")
+SHAPES = "shapes: x (N, C), gates and experts (N, k); shard.local experts on this rank"
+OTHER = ("y matches none of the known mistakes (gates, placement, drops): follow one token "
+         "through the seven steps; after the combine, put each row back in token order with "
+         "the inverse of the sort (index_copy with the sort order) before weighting")
+HANG = ("a collective that only some ranks call, or split sizes that do not match between "
+        "ranks: every rank must make the same calls in the same order")
+# gloo: CPU tensors, tiny sizes, even on a GPU machine
+_run = functools.partial(run_checked, hang_hint=HANG, backend="gloo")
+
+
+def _setup(ep: int, per_rank: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor,
+                                            torch.Tensor]:
+    from parlab.moe.layer import MoE, route
+
+    torch.manual_seed(SEED)
+    layer = MoE(C, FFN, per_rank * ep, k=K).double()
+    randomize_parameters(layer, seed=SEED)
+    with torch.no_grad():
+        layer.router[0, 0] = SKEW
+    x = torch.randn(N * ep, C, dtype=torch.float64)
+    x[:, 0] = 1.0
+    up = torch.randn(N * ep, C, dtype=torch.float64)
+    gates, experts, _ = route(x, layer.router.detach(), k=K)
+    return layer, x, up, gates, experts
+
+
+def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> dict:
+    import torch.distributed as dist
+
+    from parlab import comm
+    from parlab.moe.dispatch import ExpertShard
+    from parlab.moe.layer import expert_capacity
+
+    rank, ep = dist.get_rank(), dist.get_world_size()
+    layer, x, up, gates, experts = _setup(ep, per_rank)
+    rows = slice(rank * N, (rank + 1) * N)
+    shard = ExpertShard(layer, rank, ep)
+    xs = x[rows].clone().requires_grad_()
+    gs = gates.detach()[rows].clone().requires_grad_()
+    es = experts[rows].clone()
+    args: list[Any] = [xs, gs, es, shard]
+    expected = None
+    if capacity_factor is None:
+        expected = {"blocks": watch.splits_of(experts, rank, ep, N, lambda e: e // per_rank),
+                    "round_robin": watch.splits_of(experts, rank, ep, N, lambda e: e % ep)}
+        what = "ep_moe(x, gates, experts, shard)"
+    else:
+        args.append(expert_capacity(N, num_experts=per_rank * ep, k=K,
+                                    capacity_factor=capacity_factor))
+        what = "ep_moe_capacity(x, gates, experts, shard, capacity)"
+    watch.install(rank, ep, expected)
+    refuse_in_rank(references(), REFUSAL)
+    with comm.trace() as tr:
+        y = call_learner(what, fn, *args,
+                         shape_hint=SHAPES + (f"; {PER_RANK}" if per_rank != 2 else ""))
+    assert_unchanged(experts[rows], es, name="experts", rank=rank)
+    if not isinstance(y, torch.Tensor) or y.shape != xs.shape:
+        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        fail(f"{what} returned {got}, expected a tensor of shape {tuple(xs.shape)}", rank=rank,
+             hint="return this rank's tokens after the layer: (N, C)")
+    if not y.requires_grad:
+        fail(f"{what} returned a tensor with no autograd graph", rank=rank,
+             hint="the all-to-all must be differentiable: an autograd Function whose backward "
+                  "is the all-to-all with the split sizes swapped")
+    fwd = [(e.kind, tuple(e.shape), e.wire_bytes) for e in tr.events]
+    call_learner(f"the backward of {what}", lambda: (y * up[rows]).sum().backward())
+    grads = [None if p.grad is None else p.grad.detach() for p in (xs, gs, shard.w1, shard.w2)]
+    return {"y": y.detach(), "grads": grads, "forward": fwd}
+
+
+def _reference(ep: int, per_rank: int, capacity_factor: float | None, *,
+               gates_one: bool = False, perm: Callable[[int], int] | None = None) -> dict:
+    from parlab.moe.layer import moe_reference
+
+    layer, x, up, gates, experts = _setup(ep, per_rank)
+    xr, gr = x.clone().requires_grad_(), gates.detach().clone().requires_grad_()
+    g = torch.ones_like(gr) if gates_one else gr
+    expert = layer.expert if perm is None else (lambda e, h: layer.expert(perm(e), h))
+    y = moe_reference(xr, g, experts, expert, num_experts=per_rank * ep,
+                      capacity_factor=capacity_factor, groups=ep)
+    if gates_one or perm is not None:
+        return {"y": y.detach()}
+    (y * up).sum().backward()
+    return {"y": y.detach(), "x": x, "experts": experts,
+            "grads": [xr.grad, gr.grad, layer.w1.grad, layer.w2.grad]}
+
+
+def _wrong(ep: int, per_rank: int, capacity_factor: float | None) -> list:
+    """Outputs of known mistakes, each with its hint."""
+    wrong = [(_reference(ep, per_rank, capacity_factor, gates_one=True)["y"], GATES),
+             (_reference(ep, per_rank, capacity_factor,
+                         perm=lambda e: (e % ep) * per_rank + e // ep)["y"], watch.PLACEMENT)]
+    if capacity_factor is not None:
+        wrong.append((_reference(ep, per_rank, None)["y"], NO_DROPS))
+    return wrong
+
+
+def _compare(results: list, ep: int, per_rank: int, capacity_factor: float | None,
+             what: str) -> None:
+    from parlab.moe.layer import expert_capacity, keep_mask
+
+    ref, wrong = _reference(ep, per_rank, capacity_factor), _wrong(ep, per_rank, capacity_factor)
+    e = per_rank * ep
+    for rank, res in enumerate(results):
+        rows = slice(rank * N, (rank + 1) * N)
+        y = res["y"]
+        if capacity_factor is not None:
+            cap = expert_capacity(N, num_experts=e, k=K, capacity_factor=capacity_factor)
+            lost = ~keep_mask(ref["experts"][rows], num_experts=e, capacity=cap).any(dim=1)
+            if bool(lost.any()) and not torch.allclose(y[lost], ref["x"][rows][lost]):
+                fail(f"{what}: the {int(lost.sum())} tokens dropped by all their experts "
+                     "differ from their input", rank=rank, hint=RESIDUAL)
+        assert_close(y, ref["y"][rows], name=f"{what}: y", rank=rank, **F64_TOL,
+                     hint=story(y, [(w[rows], h) for w, h in wrong])
+                     or (PER_RANK if per_rank != 2 else OTHER))
+        mine = slice(per_rank * rank, per_rank * (rank + 1))
+        names = ("x", "the gates", "this rank's w1", "this rank's w2")
+        for name, got, want in zip(names, res["grads"], ref["grads"], strict=True):
+            part = want[rows] if name in ("x", "the gates") else want[mine]
+            assert_close(got, part, name=f"{what}: grad of sum(y * u) w.r.t. {name}",
+                         rank=rank, **F64_TOL,
+                         hint="the backward of an all-to-all is the all-to-all with the split "
+                              "sizes swapped; let autograd see every step")
+
+
+def _floats(events: list) -> list:
+    return [e for e in events if e[0] == "all_to_all_single" and len(e[1]) == 2
+            and e[1][1] == C]
+
+
+def _where(ep: int, per_rank: int) -> str:
+    return f"{ep} ranks ({per_rank * ep} experts, {per_rank} per rank)"
+
+
+@exercise(KEYS["ep_moe"])
+def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int = 2,
+                 timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+    """ep_moe(x, gates, experts, shard) on `world_size` = ep ranks against one device."""
+    not_reexport(ep_moe, name="ep_moe")
+    ep, per_rank = world_size, experts_per_rank
+    results = _run(_ep_worker, ep, ep_moe, per_rank, None, what="ep_moe", timeout=timeout)
+    _compare(results, ep, per_rank, None, f"ep_moe on {_where(ep, per_rank)}")
+    for rank, res in enumerate(results):
+        if len(_floats(res["forward"])) != 2:
+            fail(f"the forward made {len(_floats(res['forward']))} all-to-alls of token rows, "
+                 "expected 2 (dispatch, then combine)", rank=rank,
+                 hint="send every token copy in one all_to_all_single and bring the results "
+                      "back in one")
+    if not quiet:
+        print(f"ep_moe OK on {_where(ep, per_rank)}: output and gradients match the "
+              "single-device MoE; the split sizes fit the routing")
+
+
+@exercise(KEYS["ep_capacity"], needs={KEYS["capacity"]: "expert_capacity and keep_mask "
+                                      "(exercise 2)", KEYS["ep_moe"]: "AllToAll (exercise 3)"})
+def check_ep_capacity(ep_moe_capacity: Callable, *, world_size: int = 2,
+                      experts_per_rank: int = 2, capacity_factor: float = CAPACITY_FACTOR,
+                      timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> dict:
+    """ep_moe_capacity(x, gates, experts, shard, capacity) against the single-device MoE with
+    the same drops; returns the forward all-to-all bytes of rank 0, measured and modelled."""
+    from parlab.moe.costs import ep_a2a_bytes
+    from parlab.moe.layer import expert_capacity
+
+    not_reexport(ep_moe_capacity, name="ep_moe_capacity")
+    ep, per_rank = world_size, experts_per_rank
+    e = per_rank * ep
+    results = _run(_ep_worker, ep, ep_moe_capacity, per_rank, capacity_factor,
+                   what="ep_moe_capacity", timeout=timeout)
+    _compare(results, ep, per_rank, capacity_factor,
+             f"ep_moe_capacity on {_where(ep, per_rank)}, capacity factor {capacity_factor:g}")
+    c = expert_capacity(N, num_experts=e, k=K, capacity_factor=capacity_factor)
+    for rank, res in enumerate(results):
+        shapes = [s for _, s, _ in _floats(res["forward"])]
+        if shapes != [(e * c, C)] * 2:
+            fail(f"the forward's all-to-alls of token rows had shapes {shapes}; expected two of "
+                 f"({e} * {c}, {C}) = {(e * c, C)}", rank=rank, hint=STATIC)
+    measured = sum(b for _, _, b in _floats(results[0]["forward"]))
+    model = ep_a2a_bytes(N, C, ep, num_experts=e, k=K, capacity_factor=capacity_factor,
+                         dtype_bytes=8)
+    if not quiet:
+        print(f"ep_moe_capacity OK on {_where(ep, per_rank)} (capacity {c} per expert and "
+              "rank): output and gradients match the single-device MoE with the same drops; "
+              "static buffers")
+    return {"measured": measured, "model": model, "capacity": c, "ep": ep, "n_tokens": N,
+            "hidden": C, "k": K, "num_experts": e, "capacity_factor": capacity_factor}
