@@ -132,15 +132,6 @@ def test_block_backward_sums_to_autograd(causal):
         torch.testing.assert_close(got, leaf.grad, **F64)
 
 
-def test_watch_blocks_counts_unmasked_entries_and_takes_keywords():
-    q, k, v = (_randn(1, 1, 4, 4, seed=i) for i in range(3))
-    with cp.watch_blocks() as records:
-        cp.block_attention(q, k, v, q_pos=torch.arange(4), k_pos=torch.arange(4), causal=True)
-        cp.block_attention(q, k, v, torch.arange(4), torch.arange(4, 8), causal=False)
-    assert [r["unmasked"] for r in records] == [10, 16]  # 1 + 2 + 3 + 4; a full 4 x 4 block
-    assert all(r["end"] >= r["start"] for r in records)
-
-
 def test_refused_references_raise_and_lift():
     q = _randn(1, 1, 2, 4)
     with refused([cp.merge_partials, cp_layout.layout_positions], reference_message("them")):
@@ -261,12 +252,14 @@ def _overlap_worker(overlap):
         if phase == "start" and event.kind in ("irecv", "wait(irecv)"):
             events.append(event.kind)
 
+    def attend(*args, **kwargs):  # the ring's own extension point: the block it computes
+        events.append("compute")
+        return cp.block_attention(*args, **kwargs)
+
     comm.add_listener(hear)
     try:
-        with cp.watch_blocks(lambda phase, rec: events.append("compute")
-                             if phase == "start" else None):
-            cp_ring.ring_attention_forward(q, k, v, cp_layout.position_table(
-                "contiguous", world, seq), causal=False, overlap=overlap)
+        cp_ring.ring_attention_forward(q, k, v, cp_layout.position_table(
+            "contiguous", world, seq), causal=False, overlap=overlap, attend=attend)
     finally:
         comm.remove_listener(hear)
     in_flight, flying = [], 0
