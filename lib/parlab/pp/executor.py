@@ -77,7 +77,8 @@ def reference(model: nn.Module, x: Tensor, y: Tensor) -> tuple[float, dict[str, 
     model = copy.deepcopy(model)
     loss = F.mse_loss(model(x), y)
     loss.backward()
-    return loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()
+                         if p.grad is not None}
 
 
 def stage_layers(stage: int, n_layers: int, n_stages: int) -> list[int]:
@@ -90,7 +91,7 @@ def stage_layers(stage: int, n_layers: int, n_stages: int) -> list[int]:
 
 def build_chunks(model: nn.Sequential, rank: int, p: int, v: int,
                  layers_of: Callable[[int, int, int, int], list[list[int]]] | None = None
-                 ) -> tuple[list[nn.Module], list[list[int]]]:
+                 ) -> tuple[list[nn.Sequential], list[list[int]]]:
     """This rank's chunks (copies of its layers) and their layer indices, chunk by chunk.
 
     `layers_of(rank, n_layers, p, v)` may replace the looped placement (exercise 3)."""
@@ -112,7 +113,7 @@ class StageContext:
     p: int
     m: int
     v: int
-    chunks: list[nn.Module]
+    chunks: list[nn.Sequential]
     inputs: list[Tensor] | None  # the m microbatches of x, on the rank holding stage 0
     targets: list[Tensor] | None  # the m microbatches of the target, on the last stage's rank
     shape: tuple[int, ...]  # one microbatch's activation, (B/m, width)
@@ -230,10 +231,18 @@ class Mailbox:
         self.ctx.sends.append((dist.isend(payload, dst=dst), payload))
 
 
+def _held(data: list[Tensor] | None, what: str, rank: int) -> list[Tensor]:
+    if data is None:
+        raise RuntimeError(f"rank {rank} holds no {what}: the schedule put a stage elsewhere")
+    return data
+
+
 def _receive(a: Action, ctx: StageContext, box: Mailbox) -> Tensor | None:
     s = ctx.stage_index(a.chunk)
+    if a.kind == "F" and s == 0:
+        return _held(ctx.inputs, "inputs", ctx.rank)[a.microbatch]
     if a.kind == "F":
-        return ctx.inputs[a.microbatch] if s == 0 else box.recv(("F", a.microbatch, s))
+        return box.recv(("F", a.microbatch, s))
     if a.kind == "B" and not ctx.last(a.chunk):
         return box.recv(("B", a.microbatch, s))
     return None
@@ -243,10 +252,12 @@ def _compute(a: Action, ctx: StageContext, got: Tensor | None, split: bool) -> T
     """Run one action's maths; return what it sends (or None)."""
     i, c, key = a.microbatch, a.chunk, (a.microbatch, a.chunk)
     if a.kind == "F":
+        assert got is not None  # _receive gives every F its input
         x = got if ctx.first(c) else got.requires_grad_()  # (b, width)
         y = ctx.chunks[c](x)  # (b, width)
         if ctx.last(c):
-            y = ctx.loss_fn(y, ctx.targets[i]) / ctx.m  # this microbatch's share of the loss
+            target = _held(ctx.targets, "targets", ctx.rank)[i]
+            y = ctx.loss_fn(y, target) / ctx.m  # this microbatch's share of the loss
             ctx.losses.append(y.detach())
         ctx.saved[key] = (x, y, None)
         return None if ctx.last(c) else y
@@ -302,8 +313,9 @@ def execute(schedule: Schedule, ctx: StageContext, *,
             cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1], t_w=costs[2])
             time.sleep(max(0.0, start + cost - time.perf_counter()))
         spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
-        if out is not None:
-            box.send(box.produces(a, ctx.rank), out)
+        message = box.produces(a, ctx.rank)
+        if out is not None and message is not None:
+            box.send(message, out)
     for work, _payload in ctx.sends:
         work.wait()
     ctx.sends.clear()
