@@ -195,6 +195,22 @@ def test_hiding_threshold_by_hand():
         cp_layout.min_hiding_block(1e15, 0, 2)
 
 
+def test_block_flops_are_what_torch_counts():
+    # torch's own FLOP counter, 2 m n k per matrix product: the forward's QK^T and PV, and the
+    # backward's five (S recomputed, dV, dP, dQ, dK); the notebook's "2.5 times" is their ratio
+    from torch.utils.flop_counter import FlopCounterMode
+
+    heads, n, d = 3, 6, 8
+    q, k, v, dout = (_randn(1, heads, n, d, seed=40 + i) for i in range(4))
+    pos = torch.arange(n)
+    with FlopCounterMode(display=False) as forward:
+        out, lse = cp.block_attention(q, k, v, pos, pos, causal=False)
+    with FlopCounterMode(display=False) as backward:
+        cp.block_attention_backward(q, k, v, out, lse, dout, pos, pos, causal=False)
+    assert forward.get_total_flops() == cp_layout.block_flops(n, d, heads)
+    assert backward.get_total_flops() == cp_layout.block_backward_flops(n, d, heads)
+
+
 # --- the ring ------------------------------------------------------------------------------------
 
 def _ring_worker(q, k, v, dout, layout, causal):

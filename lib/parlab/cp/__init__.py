@@ -18,6 +18,7 @@ from parlab.cp.blocks import (
 )
 from parlab.cp.layout import (
     LAYOUTS,
+    block_backward_flops,
     block_bytes,
     block_flops,
     causal_work,
@@ -43,6 +44,7 @@ __all__ = [
     "empty_partial", "accum_dtype", "Transfer", "shift_right",
     "ring_attention_forward", "ring_attention_backward", "RingAttention", "ring_attention",
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
-    "ring_pace", "block_flops", "block_bytes", "min_hiding_block", "measure_overlap",
+    "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",
+    "measure_overlap",
     "measure_work", "plot_timelines",
 ]
