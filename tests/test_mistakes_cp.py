@@ -17,6 +17,7 @@ import ast
 import textwrap
 import time
 import types
+from pathlib import Path
 
 import mistakes
 import pytest
@@ -143,3 +144,24 @@ def test_reference_implementation_is_rejected(how):
     ns = learner_namespace(textwrap.dedent(source))
     with pytest.raises(CheckFailed, match="the course's own reference"):
         CHECKS[check][0](ns, 2)
+
+
+def test_the_ring_check_names_exercise_1_when_the_merge_failed_first():
+    # the learner's ring calls the learner's merge: a merge that failed its own check makes the
+    # ring check say so first
+    ns = learner_namespace((MISTAKES / "no_max_shift.py").read_text())
+    with pytest.raises(CheckFailed):
+        CHECKS["check_merge"][0](ns, 2)
+    with pytest.raises(CheckFailed, match=r"builds on your merge \(exercise 1\), which failed "
+                       "its own test above"):
+        CHECKS["check_ring_forward"][0](ns, 2)
+
+
+def test_no_hint_sends_the_learner_to_two_ranks():
+    # issue 16.8: a hint must not say "try on 2 ranks to see it fail" (the mistakes that show
+    # only from 3 ranks on say why instead)
+    import parlab.check.cp as package
+
+    sources = [p.read_text() for p in Path(package.__file__).parent.glob("*.py")]
+    assert not any("2 ranks with parlab.launch.run" in s or "to see it fail" in s
+                   for s in sources)

@@ -117,3 +117,24 @@ def test_reference_implementation_is_rejected(how):
     ns = learner_namespace(textwrap.dedent(source))
     with pytest.raises(CheckFailed, match="the course's (own )?reference"):
         CHECKS[check](ns, 2)
+
+
+def test_the_executor_check_names_exercise_1_when_it_failed_first():
+    # exercise 2 runs the learner's own 1F1B: a broken one fails exercise 1's check, and the
+    # exercise-2 check then says that it builds on it, instead of an unrelated-looking failure
+    ns = learner_namespace((MISTAKES / "backward_before_forward.py").read_text())
+    with pytest.raises(CheckFailed):
+        CHECKS["check_1f1b"](ns, 2)
+    with pytest.raises(CheckFailed, match=r"builds on your one_f_one_b \(exercise 1\), which "
+                       r"failed its own test above") as info:
+        CHECKS["check_p2p_step"](ns, 2)
+    assert "cannot run" in str(info.value)
+
+
+def test_exercise_2_is_checked_on_its_own_while_exercise_1_is_not_written(capsys):
+    ns = learner_namespace("""
+        def one_f_one_b(p, m):
+            raise NotImplementedError()
+    """.replace("\n        ", "\n"))
+    ppcheck.check_p2p_step(ns.forward_step, ns.backward_step, ns.one_f_one_b, world_size=2)
+    assert "your one_f_one_b is not written yet" in capsys.readouterr().out
