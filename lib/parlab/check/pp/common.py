@@ -54,8 +54,8 @@ def model_options(opts: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=8)
 def _reference(n_layers: int, width: int, batch: int, seed: int
                ) -> tuple[float, dict[str, torch.Tensor]]:
-    from parlab.pp.executor import make_data, make_model
-    from parlab.pp.executor import reference as single_device
+    from parlab.pp.model import make_data, make_model
+    from parlab.pp.model import reference as single_device
 
     model = make_model(n_layers, width, seed=seed)
     return single_device(model, *make_data(batch, width, seed=seed))
