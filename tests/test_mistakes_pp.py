@@ -10,6 +10,7 @@ sys.modules, so cloudpickle ships its functions to the ranks by value, like note
 
 from __future__ import annotations
 
+import ast
 import textwrap
 import types
 
@@ -25,8 +26,8 @@ NOTEBOOK = ROOT / "solutions" / "04_pipeline_parallel" / "04_pipeline_parallel.i
 MISTAKES = ROOT / "autograder" / "mistakes" / "04_pipeline_parallel"
 CHECKS = {
     "check_1f1b": lambda ns, t: ppcheck.check_1f1b(ns.one_f_one_b, quiet=True),
-    "check_p2p_step": lambda ns, t: ppcheck.check_p2p_step(ns.forward_step, ns.backward_step,
-                                                           world_size=t, quiet=True),
+    "check_p2p_step": lambda ns, t: ppcheck.check_p2p_step(
+        ns.forward_step, ns.backward_step, ns.one_f_one_b, world_size=t, quiet=True),
     "check_placement": lambda ns, t: ppcheck.check_placement(ns.stage_of, ns.layers_of,
                                                              world_size=t, quiet=True),
     "check_balance": lambda ns, t: ppcheck.check_balance(ns.balance, quiet=True),
@@ -35,15 +36,34 @@ ON_RANKS = {"check_p2p_step", "check_placement"}  # the others do not depend on 
 NAMES_RANK = {"check_1f1b", "check_p2p_step"}  # their messages say which rank
 
 
+@pytest.fixture(autouse=True)
+def _fresh_kernel():
+    """Each test is a kernel of its own: no outcome of an earlier test's check is remembered
+    (parlab.check.exercise names an earlier failed exercise a later check builds on)."""
+    from parlab.check import _harness
+
+    _harness._OUTCOMES.clear()
+
+
 def learner_namespace(*overlays: str) -> types.ModuleType:
     return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
 
 
 def _sizes(check: str) -> tuple[int, ...]:
-    return (2, 4) if check in ON_RANKS else (2,)
+    return (2, 3, 4) if check in ON_RANKS else (2,)
 
 
-CASES = mistakes.cases(MISTAKES, _sizes)
+def _world_sizes(path) -> tuple[int, ...] | None:
+    """A mistake file's WORLD_SIZES: the only sizes it fails on (an answer that is right on
+    2 ranks, where both neighbours are one rank, or where a hard-coded size happens to fit)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "WORLD_SIZES":
+            return tuple(ast.literal_eval(node.value))
+    return None
+
+
+CASES = [c for c in mistakes.cases(MISTAKES, _sizes)
+         if c.values[3] in (_world_sizes(c.values[0]) or (c.values[3],))]
 
 
 def test_corpus_is_complete_and_documented():
@@ -97,3 +117,24 @@ def test_reference_implementation_is_rejected(how):
     ns = learner_namespace(textwrap.dedent(source))
     with pytest.raises(CheckFailed, match="the course's (own )?reference"):
         CHECKS[check](ns, 2)
+
+
+def test_the_executor_check_names_exercise_1_when_it_failed_first():
+    # exercise 2 runs the learner's own 1F1B: a broken one fails exercise 1's check, and the
+    # exercise-2 check then says that it builds on it, instead of an unrelated-looking failure
+    ns = learner_namespace((MISTAKES / "backward_before_forward.py").read_text())
+    with pytest.raises(CheckFailed):
+        CHECKS["check_1f1b"](ns, 2)
+    with pytest.raises(CheckFailed, match=r"builds on your one_f_one_b \(exercise 1\), which "
+                       r"failed its own test above") as info:
+        CHECKS["check_p2p_step"](ns, 2)
+    assert "cannot run" in str(info.value)
+
+
+def test_exercise_2_is_checked_on_its_own_while_exercise_1_is_not_written(capsys):
+    ns = learner_namespace("""
+        def one_f_one_b(p, m):
+            raise NotImplementedError()
+    """.replace("\n        ", "\n"))
+    ppcheck.check_p2p_step(ns.forward_step, ns.backward_step, ns.one_f_one_b, world_size=2)
+    assert "your one_f_one_b is not written yet" in capsys.readouterr().out

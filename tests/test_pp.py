@@ -262,3 +262,28 @@ def test_side_by_side_shares_the_time_axis():
     assert "predicted" in left.get_title() and "measured" in right.get_title()
     assert left.get_xlim() == right.get_xlim() and left.get_xlim()[1] == pytest.approx(
         b.makespan * 1e3)
+
+
+def test_min_microbatches_at_values_where_rounding_decides():
+    # module 04's practice numbers come from costs.min_microbatches. Reference: the smallest m
+    # found by trying every m, in exact fractions of the decimal as written. The cases include
+    # exact boundaries where the float formula rounds past the whole number and a float ceil
+    # says one more (p = 4, 20%: 3 * 0.8 / 0.2 = 12.000000000000002 in floats, m = 12 is exact;
+    # p = 7, 20%; p = 8, 70%) and values in between
+    from fractions import Fraction
+
+    from parlab import costs
+
+    def smallest(p, x, v, form):
+        x = Fraction(repr(x))
+        bubble = (lambda m: Fraction(p - 1, v * m + p - 1)) if form == "fraction" else (
+            lambda m: Fraction(p - 1, v * m))
+        return next(m for m in itertools.count(1) if bubble(m) <= x)
+
+    assert 3 * (1 - 0.2) / 0.2 > 12  # the float form really rounds up past the boundary
+    for p, x, v in [(4, 0.2, 1), (4, 0.2, 2), (7, 0.2, 1), (8, 0.7, 1), (4, 0.6, 1),
+                    (8, 0.15, 1), (8, 0.15, 2), (5, 0.3, 1), (3, 0.05, 2), (16, 0.125, 4),
+                    (7, 0.35, 3)]:
+        for form in ("fraction", "ratio"):
+            assert costs.min_microbatches(p, x, v, form=form) == smallest(p, x, v, form), (
+                p, x, v, form)

@@ -71,3 +71,17 @@ def test_plot_is_labelled():
     assert "1F1B" in ax.get_title() and "27.3%" in ax.get_title()
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r}" for r in range(4)]
     assert any("bubble" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_slider_labels_fit_their_width():
+    # The widgets' font sets about 0.6 em per character (measured in Chromium: a 10 em label
+    # showed "t_w (backward, w..." of "t_w (backward, weights)"): every label must fit whole.
+    w = widgets_pp.pipeline_explorer()
+    for name, control in w.controls.items():
+        width = float(control.style.description_width.removesuffix("em"))
+        assert 0.6 * len(control.description) <= width, (name, control.description, width)
+
+
+def test_description_says_whose_form_is_which():
+    text = widgets_pp.describe_pipeline(widgets_pp.pipeline_summary("1f1b", 4, 8, 1, 1, 2, 0))
+    assert "GPipe's share of the step" in text and "Megatron's ratio to useful time" in text

@@ -15,10 +15,10 @@ from parlab.cp.blocks import (
     empty_partial,
     full_attention,
     merge_partials,
-    watch_blocks,
 )
 from parlab.cp.layout import (
     LAYOUTS,
+    block_backward_flops,
     block_bytes,
     block_flops,
     causal_work,
@@ -41,9 +41,10 @@ from parlab.cp.ring import (
 
 __all__ = [
     "block_attention", "block_attention_backward", "merge_partials", "full_attention",
-    "empty_partial", "accum_dtype", "watch_blocks", "Transfer", "shift_right",
+    "empty_partial", "accum_dtype", "Transfer", "shift_right",
     "ring_attention_forward", "ring_attention_backward", "RingAttention", "ring_attention",
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
-    "ring_pace", "block_flops", "block_bytes", "min_hiding_block", "measure_overlap",
+    "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",
+    "measure_overlap",
     "measure_work", "plot_timelines",
 ]

@@ -21,59 +21,22 @@ $P = e^{S - \ell}$, $dV = P^\top dO$, $dP = dO\,V^\top$, $dS = P \circ (dP - \de
 $dQ = dS\,K/\sqrt{D}$, $dK = dS^\top Q/\sqrt{D}$, summed over key blocks (dQ) and query blocks
 (dK, dV).
 
-Hooks: `watch_blocks()` records every block computed (when, and how many score entries were
-unmasked).
+These functions carry no hooks: the checks watch a learner's ring from outside (every
+communication call through `parlab.comm`, every matrix product through a torch function mode), and
+`parlab.cp.ring` takes the block function as an argument (`attend`) where a measurement needs
+to replace it.
 Layouts and closed-form work counts are in `parlab.cp.layout`, the ring in `parlab.cp.ring`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
 import math
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 from torch import Tensor
 
 __all__ = ["block_attention", "block_attention_backward", "merge_partials", "full_attention",
-           "empty_partial", "accum_dtype", "watch_blocks"]
-
-BlockListener = Callable[[str, dict], None]  # (phase "start" | "end", record)
-_listeners: list[BlockListener] = []
-
-
-# --- hooks ------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def watch_blocks(listener: BlockListener | None = None) -> Iterator[list[dict]]:
-    """Record every block `block_attention(_backward)` computes inside the `with` block.
-
-    Yields a list of records {"kind": "forward"|"backward", "rows", "cols", "unmasked",
-    "start", "end"} (perf_counter seconds); `listener(phase, record)` also hears each start.
-    """
-    records: list[dict] = []
-
-    def hear(phase: str, record: dict) -> None:
-        if phase == "end":
-            records.append(record)
-        if listener is not None:
-            listener(phase, record)
-
-    _listeners.append(hear)
-    try:
-        yield records
-    finally:
-        _listeners.remove(hear)
-
-
-def _notify(phase: str, record: dict) -> None:
-    for listener in list(_listeners):
-        listener(phase, record)
-
+           "empty_partial", "accum_dtype"]
 
 # --- forward ----------------------------------------------------------------------------------
 
@@ -91,36 +54,6 @@ def _scores(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, causal: bool) ->
     return s
 
 
-def _unmasked(q_pos: Tensor, k_pos: Tensor, causal: bool) -> int:
-    if not causal:
-        return q_pos.numel() * k_pos.numel()
-    return int((k_pos.cpu()[None, :] <= q_pos.cpu()[:, None]).sum())
-
-
-def _watched(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Tell `watch_blocks` listeners when a block computation (q, k, v, ..., q_pos, k_pos,
-    causal=) starts and ends, and how many score entries it leaves unmasked."""
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        def watched(*args: Any, **kwargs: Any) -> Any:
-            if not _listeners:
-                return fn(*args, **kwargs)
-            a = signature.bind(*args, **kwargs).arguments
-            record = {"kind": kind, "rows": a["q"].shape[-2], "cols": a["k"].shape[-2],
-                      "unmasked": _unmasked(a["q_pos"], a["k_pos"], a["causal"]),
-                      "start": time.perf_counter()}
-            _notify("start", record)
-            out = fn(*args, **kwargs)
-            record["end"] = time.perf_counter()
-            _notify("end", record)
-            return out
-        return watched
-    return wrap
-
-
-@_watched("forward")
 def block_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                     causal: bool) -> tuple[Tensor, Tensor]:
     """One query block against one key/value block: (out, lse), see the module docstring.
@@ -165,7 +98,6 @@ def full_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool) -> tuple[Te
 
 # --- backward ---------------------------------------------------------------------------------
 
-@_watched("backward")
 def block_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                              dout: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                              causal: bool) -> tuple[Tensor, Tensor, Tensor]:

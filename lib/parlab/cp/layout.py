@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
-           "ring_pace", "block_flops", "block_bytes", "min_hiding_block"]
+           "ring_pace", "block_flops", "block_backward_flops", "block_bytes",
+           "min_hiding_block"]
 
 LAYOUTS = ("contiguous", "striped", "zigzag")
 
@@ -96,6 +97,13 @@ def ring_pace(work: Tensor) -> int:
 def block_flops(n: int, head_dim: int, heads: int = 1) -> float:
     """Forward FLOPs of one n x n block, per batch element: QK^T and PV, 2 n^2 D each."""
     return 4.0 * heads * n * n * head_dim
+
+
+def block_backward_flops(n: int, head_dim: int, heads: int = 1) -> float:
+    """Backward FLOPs of one n x n block, per batch element: five products of 2 n^2 D each,
+    the scores S = QK^T recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q
+    (the elementwise softmax terms left out): 2.5 times the forward's two."""
+    return 10.0 * heads * n * n * head_dim
 
 
 def block_bytes(n: int, head_dim: int, heads: int = 1, dtype_bytes: int = 2) -> float:

@@ -58,7 +58,8 @@ def _device() -> torch.device:
 class _TimedTransfer:
     """A posted ring step whose wait returns no earlier than `link` s after posting."""
 
-    def __init__(self, real: cp_ring.Transfer, link: float, events: Events, origin: float):
+    def __init__(self, real: cp_ring.Transfer, link: float, events: Events,
+                 origin: float) -> None:
         self.real, self.link, self.events, self.origin = real, link, events, origin
         self.posted = time.perf_counter()
         self.received: list[Tensor] | None = None
@@ -91,16 +92,12 @@ def _one_ring(kv: tuple[Tensor, Tensor], cost: float, link: float,
         return empty_partial(q)
 
     def shift(tensors: Sequence[Tensor], *, group: Any = None) -> _TimedTransfer:
-        return _TimedTransfer(real_shift(tensors, group=group), link, events, origin)
+        return _TimedTransfer(cp_ring.shift_right(tensors, group=group), link, events, origin)
 
-    real_shift = cp_ring.shift_right
     dist.barrier()
     origin = time.perf_counter()
-    cp_ring.shift_right = shift  # this rank only, for this one forward
-    try:
-        ring_attention_forward(q, k, v, pos, causal=False, overlap=overlap, attend=attend)
-    finally:
-        cp_ring.shift_right = real_shift
+    ring_attention_forward(q, k, v, pos, causal=False, overlap=overlap, attend=attend,
+                           shift=shift)
     took = torch.tensor([time.perf_counter() - origin], dtype=torch.float64, device=k.device)
     dist.all_reduce(took, op=dist.ReduceOp.MAX)
     return float(took), events
@@ -110,8 +107,9 @@ def _overlap_worker(tokens: int, heads: int, head_dim: int, cost: float | None,
                     link: float | None, factor: float, min_cost: float,
                     link_range: tuple[float, float], repeats: int) -> dict:
     gen = torch.Generator().manual_seed(dist.get_rank())
-    kv = tuple(torch.randn(1, heads, tokens, head_dim, generator=gen).to(_device())
-               for _ in range(2))  # K and V, (1, H, n, D) each
+    k, v = (torch.randn(1, heads, tokens, head_dim, generator=gen).to(_device())
+            for _ in range(2))  # K and V, (1, H, n, D) each
+    kv = (k, v)
     waits = []
     for _ in range(repeats):  # calibration: compute nothing, wait for every real transfer
         waits += [end - start for kind, start, end in _one_ring(kv, 0.0, 0.0, False)[1]

@@ -24,7 +24,7 @@ passes them on; after W steps (one more than K and V) they are home. dQ stays pu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -78,6 +78,18 @@ def shift_right(tensors: Sequence[Tensor], *, group: Any = None) -> Transfer:
     return Transfer(handles, received)
 
 
+class Pending(Protocol):
+    """A posted transfer: `wait()` blocks until it is done and returns what was received."""
+
+    def wait(self) -> list[Tensor]: ...
+
+
+class Shift(Protocol):
+    """How a ring step posts its transfer: `shift_right`'s signature."""
+
+    def __call__(self, tensors: Sequence[Tensor], *, group: Any = None) -> Pending: ...
+
+
 def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
     """True when causal and every key comes after every query: the block adds nothing."""
     return causal and int(k_pos.min()) > int(q_pos.max())
@@ -85,19 +97,22 @@ def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
 
 def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
                            overlap: bool = True, attend: Attend = block_attention,
+                           shift: Shift | None = None,
                            group: Any = None) -> tuple[Tensor, Tensor]:
     """This rank's attention output over the whole sequence: (out, lse).
 
     q, k, v (B, H, n, D): this rank's tokens; pos (W, n) every rank's global positions.
     Returns out (B, H, n, D) in q's dtype and lse (B, H, n) in float32 (float64 for float64).
-    `attend` computes one block (the overlap measurement swaps in a known cost).
+    `attend` computes one block and `shift` posts one step's transfer (`shift_right`): the
+    overlap measurement passes a block of known cost and a link of known speed.
     """
+    shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     out, lse = empty_partial(q)  # (B, H, n, D), (B, H, n): nothing seen yet
     kv = [k.contiguous(), v.contiguous()]
     for step in range(world):
         src = (rank - step) % world  # whose K/V block this rank holds now
-        transfer = shift_right(kv, group=group) if step + 1 < world else None
+        transfer = shift(kv, group=group) if step + 1 < world else None
         if transfer is not None and not overlap:
             transfer.wait()  # the version that waits: nothing hides this transfer
         if not fully_masked(pos[rank], pos[src], causal=causal):

@@ -5,23 +5,14 @@
 - `order`: the dependencies between actions, `validate`, and `run_in_order`.
 - `simulator`: `simulate(schedule, t_f, t_b, t_w)` -> makespan, bubble, peak activations;
   `balance_stages` for unequal layers.
+- `model`: the toy model (`make_model`, `make_data`), its single-device `reference`, stages.
 - `executor`: run one rank's actions over send/recv (`execute`) on a small seeded model.
 - `run`: `run_pipeline`, the executor on p ranks compared with one device and the simulator.
 - `plot`: space-time diagrams (`plot_schedule`, `plot_timeline`, `plot_side_by_side`).
 """
 
-from parlab.pp.executor import (
-    Layer,
-    Mailbox,
-    StageContext,
-    build_chunks,
-    execute,
-    make_context,
-    make_data,
-    make_model,
-    reference,
-    stage_layers,
-)
+from parlab.pp.executor import Mailbox, StageContext, execute, make_context
+from parlab.pp.model import Layer, build_chunks, make_data, make_model, reference, stage_layers
 from parlab.pp.order import dependencies, run_in_order, validate
 from parlab.pp.plot import COLOURS, plot_schedule, plot_side_by_side, plot_timeline
 from parlab.pp.run import PipelineRun, measured_result, pipeline_worker, rank_result, run_pipeline

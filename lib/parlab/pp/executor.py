@@ -1,8 +1,9 @@
 r"""Run any valid pipeline schedule on real ranks, over point-to-point messages.
 
-The model is a stack of `n_layers` small layers (Linear + tanh, `width` wide), split into
-$p \cdot v$ stages of equal size; rank r holds stages r, r + p, ... (its chunks, looped
-placement). The batch (B, width) is split into m microbatches of B/m rows. Per action:
+The model (`parlab.pp.model`) is a stack of `n_layers` small layers (Linear + tanh, `width`
+wide), split into $p \cdot v$ stages of equal size; rank r holds stages r, r + p, ... (its
+chunks, looped placement). The batch (B, width) is split into m microbatches of B/m rows.
+Per action:
 
     F(i, s): x = microbatch i (s = 0) or recv from stage s-1;  y = stage(x)
              last stage: loss_i = mse(y, target_i) / m;  else isend y to stage s+1
@@ -28,7 +29,6 @@ shared by the processes of one machine.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,68 +39,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from parlab.pp.model import build_chunks, make_data, make_model
 from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
 from parlab.pp.simulator import Span, action_cost
 
-__all__ = ["Layer", "make_model", "make_data", "reference", "stage_layers", "build_chunks",
-           "StageContext", "make_context", "Mailbox", "execute"]
-
-
-class Layer(nn.Module):
-    """One layer of the toy model: tanh(x W^T + b), width -> width."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-
-    def forward(self, x: Tensor) -> Tensor:  # (b, width) -> (b, width)
-        return torch.tanh(self.fc(x))
-
-
-def make_model(n_layers: int = 8, width: int = 16, *, seed: int = 0,
-               dtype: torch.dtype = torch.float64) -> nn.Sequential:
-    """The full model, seeded: every rank builds the same one and keeps its stages."""
-    torch.manual_seed(seed)
-    return nn.Sequential(*[Layer(width) for _ in range(n_layers)]).to(dtype)
-
-
-def make_data(batch: int = 16, width: int = 16, *, seed: int = 0,
-              dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor]:
-    """Inputs and targets, both (batch, width)."""
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(batch, width, generator=gen, dtype=dtype)
-    return x, torch.randn(batch, width, generator=gen, dtype=dtype)
-
-
-def reference(model: nn.Module, x: Tensor, y: Tensor) -> tuple[float, dict[str, Tensor]]:
-    """Single device, full batch: the mean-squared-error loss and every parameter gradient."""
-    model = copy.deepcopy(model)
-    loss = F.mse_loss(model(x), y)
-    loss.backward()
-    return loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-
-
-def stage_layers(stage: int, n_layers: int, n_stages: int) -> list[int]:
-    """Layer indices of one stage: n_layers / n_stages consecutive layers."""
-    if n_layers % n_stages:
-        raise ValueError(f"{n_layers} layers do not split into {n_stages} equal stages")
-    k = n_layers // n_stages
-    return list(range(stage * k, (stage + 1) * k))
-
-
-def build_chunks(model: nn.Sequential, rank: int, p: int, v: int,
-                 layers_of: Callable[[int, int, int, int], list[list[int]]] | None = None
-                 ) -> tuple[list[nn.Module], list[list[int]]]:
-    """This rank's chunks (copies of its layers) and their layer indices, chunk by chunk.
-
-    `layers_of(rank, n_layers, p, v)` may replace the looped placement (exercise 3)."""
-    n = len(model)
-    if layers_of is None:
-        index = [stage_layers(c * p + rank, n, p * v) for c in range(v)]
-    else:
-        index = [list(ix) for ix in layers_of(rank, n, p, v)]
-    chunks = [nn.Sequential(*[copy.deepcopy(model[i]) for i in ix]) for ix in index]
-    return chunks, index
+__all__ = ["StageContext", "make_context", "Mailbox", "execute"]
 
 
 @dataclass
@@ -112,7 +55,7 @@ class StageContext:
     p: int
     m: int
     v: int
-    chunks: list[nn.Module]
+    chunks: list[nn.Sequential]
     inputs: list[Tensor] | None  # the m microbatches of x, on the rank holding stage 0
     targets: list[Tensor] | None  # the m microbatches of the target, on the last stage's rank
     shape: tuple[int, ...]  # one microbatch's activation, (B/m, width)
@@ -230,10 +173,18 @@ class Mailbox:
         self.ctx.sends.append((dist.isend(payload, dst=dst), payload))
 
 
+def _held(data: list[Tensor] | None, what: str, rank: int) -> list[Tensor]:
+    if data is None:
+        raise RuntimeError(f"rank {rank} holds no {what}: the schedule put a stage elsewhere")
+    return data
+
+
 def _receive(a: Action, ctx: StageContext, box: Mailbox) -> Tensor | None:
     s = ctx.stage_index(a.chunk)
+    if a.kind == "F" and s == 0:
+        return _held(ctx.inputs, "inputs", ctx.rank)[a.microbatch]
     if a.kind == "F":
-        return ctx.inputs[a.microbatch] if s == 0 else box.recv(("F", a.microbatch, s))
+        return box.recv(("F", a.microbatch, s))
     if a.kind == "B" and not ctx.last(a.chunk):
         return box.recv(("B", a.microbatch, s))
     return None
@@ -243,10 +194,12 @@ def _compute(a: Action, ctx: StageContext, got: Tensor | None, split: bool) -> T
     """Run one action's maths; return what it sends (or None)."""
     i, c, key = a.microbatch, a.chunk, (a.microbatch, a.chunk)
     if a.kind == "F":
+        assert got is not None  # _receive gives every F its input
         x = got if ctx.first(c) else got.requires_grad_()  # (b, width)
         y = ctx.chunks[c](x)  # (b, width)
         if ctx.last(c):
-            y = ctx.loss_fn(y, ctx.targets[i]) / ctx.m  # this microbatch's share of the loss
+            target = _held(ctx.targets, "targets", ctx.rank)[i]
+            y = ctx.loss_fn(y, target) / ctx.m  # this microbatch's share of the loss
             ctx.losses.append(y.detach())
         ctx.saved[key] = (x, y, None)
         return None if ctx.last(c) else y
@@ -302,8 +255,9 @@ def execute(schedule: Schedule, ctx: StageContext, *,
             cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1], t_w=costs[2])
             time.sleep(max(0.0, start + cost - time.perf_counter()))
         spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
-        if out is not None:
-            box.send(box.produces(a, ctx.rank), out)
+        message = box.produces(a, ctx.rank)
+        if out is not None and message is not None:
+            box.send(message, out)
     for work, _payload in ctx.sends:
         work.wait()
     ctx.sends.clear()

@@ -42,7 +42,9 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
         fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(result.spans)),
                                layout="constrained")
     else:
-        fig = ax.figure
+        root = ax.get_figure(root=True)
+        assert isinstance(root, Figure), "an Axes drawn on is on a figure"
+        fig = root
     p, end = len(result.spans), result.makespan * scale
     ax.barh(range(p), [end] * p, left=0, height=0.8, color="none", edgecolor=BUBBLE,
             hatch="///", linewidth=0, alpha=0.5)

@@ -10,8 +10,11 @@ rank's whole share of layers, so one chunk of a v-chunk schedule costs 1/v of th
 
 With T the makespan and busy_r the work of rank r:
 
-    bubble_fraction = 1 - sum_r busy_r / (p T)      (share of the step, seed 003's form)
-    bubble_ratio    = sum_r (T - busy_r) / sum_r busy_r      (idle against useful, seed 000's)
+    bubble_fraction = 1 - sum_r busy_r / (p T)             share of the step: GPipe's
+                                                           accounting (arXiv:1811.06965)
+    bubble_ratio    = sum_r (T - busy_r) / sum_r busy_r    idle against useful time:
+                                                           Megatron's "bubble time fraction"
+                                                           (Narayanan et al., arXiv:2104.04473)
 
 GPipe and 1F1B with zero latency: T = (m + p - 1)(t_f + t_b), so the fraction is
 $\frac{p-1}{m+p-1}$ and the ratio $\frac{p-1}{m}$.

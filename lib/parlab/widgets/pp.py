@@ -8,9 +8,10 @@ Same pattern as `parlab.widgets` (Explorer: controls -> compute -> describe + pl
     pipeline_explorer(...) -> Explorer with a schedule dropdown and sliders
 
 Numbers come from `parlab.pp.simulate` and, beside them, the closed forms of
-`parlab.costs`: the share of the step $\frac{p-1}{vm+p-1}$ and the ratio to useful time
-$\frac{p-1}{vm}$. v applies to interleaved 1F1B only, which also needs m to be a multiple of
-p: other values are adjusted and the adjustment is said.
+`parlab.costs`: the share of the step $\frac{p-1}{vm+p-1}$ (GPipe's accounting,
+arXiv:1811.06965) and the ratio to useful time $\frac{p-1}{vm}$ (Megatron's bubble time
+fraction, Narayanan et al., arXiv:2104.04473). v applies to interleaved 1F1B only, which also
+needs m to be a multiple of p: other values are adjusted and the adjustment is said.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ def describe_pipeline(summary: Summary) -> str:
     else:
         exact = " (equal: zero latency)" if abs(s["bubble"] - s["formula"]) < 1e-9 else (
             " (the simulation differs: latency, or W folded into B)")
-        lines.append(f"closed form (p&minus;1)/(vm+p&minus;1) = {s['formula']:.1%}{exact}; "
-                     f"large-m form (p&minus;1)/(vm) = {s['formula_ratio']:.1%}")
+        lines.append(f"closed forms: GPipe's share of the step (p&minus;1)/(vm+p&minus;1) = "
+                     f"{s['formula']:.1%}{exact}; Megatron's ratio to useful time "
+                     f"(p&minus;1)/(vm) = {s['formula_ratio']:.1%}")
     lines.append(f"peak activations on rank 0: <b>{s['peak']:g}</b> microbatches' worth "
                  f"(1F1B: {s['peak_1f1b']:g}, GPipe: {s['m']}); point-to-point messages per "
                  f"step: {s['messages']}")
@@ -91,11 +93,15 @@ def plot_pipeline(summary: Summary, ax: Axes | None = None) -> Figure:
                          labels=s["m"] * s["v"] <= 16)
 
 
+LABEL_EM = 14  # room for the longest description, "t_w (backward, weights)" (about 0.6 em a
+# character at the widgets' font: 10 em cut it to "t_w (backward, w...")
+
+
 def _slider(cls: Any, description: str, value: float, lo: float, hi: float,
             step: float) -> widgets.ValueWidget:
     return cls(value=value, min=lo, max=hi, step=step, description=description,
-               continuous_update=False, style={"description_width": "10em"},
-               layout=widgets.Layout(width="30em"))
+               continuous_update=False, style={"description_width": f"{LABEL_EM}em"},
+               layout=widgets.Layout(width=f"{LABEL_EM + 20}em"))
 
 
 def pipeline_explorer(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2,
@@ -108,7 +114,7 @@ def pipeline_explorer(schedule: str = "1f1b", p: int = 4, m: int = 8, v: int = 2
     controls = {
         "schedule": widgets.Dropdown(options=list(SCHEDULES.items()), value=schedule,
                                      description="schedule",
-                                     style={"description_width": "10em"}),
+                                     style={"description_width": f"{LABEL_EM}em"}),
         "p": _slider(widgets.IntSlider, "stages p", p, 1, 8, 1),
         "m": _slider(widgets.IntSlider, "microbatches m", m, 1, 32, 1),
         "v": _slider(widgets.IntSlider, "chunks per rank v", v, 1, 4, 1),

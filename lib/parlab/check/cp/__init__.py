@@ -1,0 +1,23 @@
+r"""Graded checks of module 05, "Context parallelism"; test cells import them from here.
+
+- `check_merge(merge)` (exercise 1, `merge`): the online-softmax merge of two partials.
+- `check_ring_forward(ring_attention)` (exercise 2, `forward`): ring attention on real
+  ranks; it uses the learner's merge, and says so when exercise 1 failed first.
+- `check_ring_backward(ring_attention_backward)` (exercise 3, `backward`).
+- `check_layouts(layout_positions)` (exercise 4, `layouts`): striped and zigzag.
+
+`common` holds the sizes (6 tokens per rank: 12, 18, 24 tokens on 2, 3, 4 ranks), the
+float64 references and the likely-mistake sentences; `ranks` what the ring checks do in the
+ranks: a recorder of every communication call and matrix product (the overlap is measured
+from outside the learner's code and parlab's), the checks made before a tensor is exchanged,
+and the inputs compared after the call.
+"""
+
+from parlab.check.cp.backward import check_ring_backward
+from parlab.check.cp.forward import check_ring_forward
+from parlab.check.cp.layouts import check_layouts
+from parlab.check.cp.merge import check_merge
+from parlab.errors import CheckFailed
+
+__all__ = ["check_merge", "check_ring_forward", "check_ring_backward", "check_layouts",
+           "CheckFailed"]

@@ -1,0 +1,153 @@
+r"""What module 05's ring checks do inside the ranks, and how they read what happened.
+
+`Recorder` watches the learner's ring from outside, around one call: every communication
+call through `parlab.comm` (its listener hears each call before it is made), and every
+matrix product through a `TorchFunctionMode` (`@`, matmul, bmm, einsum, the fused attention
+kernels), whichever function computed it. Before a point-to-point call is made it must go
+to the right neighbour (send to (r + 1) % W, receive from (r - 1) % W) with a tensor of K's
+shape and dtype: gloo cannot exchange tensors of different sizes (the receiving process
+aborts and its peer reads "Connection reset by peer"), and a receive from the rank one sends
+to never completes on 3 or more ranks, so both are reported, by name, before the exchange.
+
+`overlap(events)` counts the compute phases (matrix products between two communication
+calls) that ran with no receive in flight; `check_protocol` reads the events after the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+from parlab.check import assert_unchanged, fail
+from parlab.check.cp.common import INPUTS, NEIGHBOURS, P2P_ONLY
+
+__all__ = ["env", "cpu", "Recorder", "overlap", "check_protocol", "check_unchanged"]
+
+_P2P = ("send", "recv", "isend", "irecv")
+_COMPUTE = ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+            "einsum", "dot", "scaled_dot_product_attention")
+BUFFER = ("receive into a buffer made like the tensor that is sent: torch.empty_like(k) "
+          "(torch.empty(shape) is float32 whatever k's dtype)")
+
+
+def env() -> tuple[int, int, torch.device]:
+    import torch.distributed as dist
+
+    dev = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
+           else torch.device("cpu"))
+    return dist.get_rank(), dist.get_world_size(), dev
+
+
+def cpu(x: Any) -> Any:
+    return x.detach().cpu().clone() if isinstance(x, Tensor) else x
+
+
+def check_unchanged(before: dict[str, Tensor], after: dict[str, Tensor], *, where: str,
+                    rank: int) -> None:
+    """The learner's call left every input as it was given."""
+    for name, kept in before.items():
+        assert_unchanged(kept, after[name], name=f"{name} ({where})", rank=rank, hint=INPUTS)
+
+
+class _ComputeWatch(TorchFunctionMode):
+    """Tells `hear()` about every matrix product: `@`, torch.matmul, bmm, einsum, SDPA and the
+    aten ops called directly (a function mode costs no import; a dispatch mode's first use
+    imports torch._dynamo, seconds of a rank's time)."""
+
+    def __init__(self, hear: Any) -> None:
+        super().__init__()
+        self.hear = hear
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "").split(".")[0]
+        if name in _COMPUTE or name.startswith("_scaled_dot_product"):
+            self.hear()
+        return func(*args, **(kwargs or {}))
+
+
+class Recorder:
+    """Every communication call and compute phase of this rank inside the `with` block, in
+    order: ("post", kind, peer, bytes), ("wait", kind) and ("compute",) in `.events`; a
+    point-to-point call to the wrong neighbour or with a tensor unlike `like` fails first."""
+
+    def __init__(self, like: Tensor, *, where: str, what: str) -> None:
+        import torch.distributed as dist
+
+        self.events: list[tuple] = []
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.shape, self.dtype = tuple(like.shape), str(like.dtype).replace("torch.", "")
+        self.where, self.what = where, what
+        self._mode = _ComputeWatch(self._compute)
+
+    def _compute(self) -> None:
+        if not self.events or self.events[-1][0] != "compute":
+            self.events.append(("compute",))
+
+    def _guard(self, event: Any) -> None:
+        where, rank, world = f"{self.where}: {self.what}", self.rank, self.world
+        if event.kind not in _P2P:
+            fail(f"{where} called dist.{event.kind}", rank=rank, hint=P2P_ONLY)
+        sends = event.kind in ("send", "isend")
+        want = (rank + 1) % world if sends else (rank - 1) % world
+        peer = event.group_ranks[0] if event.group_ranks else None
+        if peer != want:
+            fail(f"{where} posted dist.{event.kind} {'to' if sends else 'from'} rank {peer}; "
+                 f"the blocks travel from rank r to rank r + 1, so rank {rank} sends to "
+                 f"{(rank + 1) % world} and receives from {(rank - 1) % world}. (On 2 ranks "
+                 "both neighbours are one rank, which is why this shows from 3 ranks on.)",
+                 rank=rank, hint=NEIGHBOURS)
+        if (event.dtype, tuple(event.shape)) != (self.dtype, self.shape):
+            fail(f"{where} called dist.{event.kind} with rank {peer} on a {event.dtype} tensor "
+                 f"of shape {tuple(event.shape)}, but the blocks are {self.dtype} of shape "
+                 f"{self.shape} (K's). Stopped before the exchange: gloo cannot match tensors "
+                 "of different sizes (the receiving process aborts and its peer reads "
+                 "'Connection reset by peer')", rank=rank, hint=BUFFER)
+
+    def _comm(self, phase: str, event: Any) -> None:
+        if phase != "start":
+            return
+        if event.kind.startswith("wait("):
+            self.events.append(("wait", event.kind[5:-1]))
+            return
+        self._guard(event)
+        peer = event.group_ranks[0] if event.group_ranks else -1
+        self.events.append(("post", event.kind, peer, event.wire_bytes))
+
+    def __enter__(self) -> Recorder:
+        from parlab import comm
+
+        comm.add_listener(self._comm)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from parlab import comm
+
+        self._mode.__exit__(*exc)
+        comm.remove_listener(self._comm)
+
+
+def overlap(events: list[tuple]) -> tuple[int, int]:
+    """(compute phases with no receive in flight, compute phases)."""
+    posted = waited = idle = computed = 0
+    for event in events:
+        if event[0] == "post" and event[1] == "irecv":
+            posted += 1
+        elif event[0] == "wait" and event[1] == "irecv":
+            waited += 1
+        elif event[0] == "compute":
+            computed += 1
+            idle += posted <= waited
+    return idle, computed
+
+
+def check_protocol(events: list[tuple], rank: int, world: int, what: str, where: str) -> None:
+    """Something was sent (on more than one rank), and only to the neighbours."""
+    posts = [e for e in events if e[0] == "post"]
+    if world > 1 and not any(e[1] in ("send", "isend") for e in posts):
+        fail(f"{where}: {what} sent nothing", rank=rank, hint="send the K/V blocks with "
+             "dist.isend(...) (called as dist.isend: the tracer does not see a bare isend)")
