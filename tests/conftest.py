@@ -88,3 +88,14 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory):
     print(f"\nfault run: {len(run.run.results)} submissions, {run.run.workers} workers, "
           f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
     return run
+
+
+@pytest.fixture(autouse=True)
+def fresh_check_outcomes():
+    """Each test starts as a fresh kernel would: no exercise outcomes remembered by the checks
+    (parlab.check.exercise), so one test's failures never change another's messages."""
+    from parlab.check import reset_outcomes
+
+    reset_outcomes()
+    yield
+    reset_outcomes()

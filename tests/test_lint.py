@@ -18,6 +18,13 @@ def test_ruff_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_types_check():
+    """mypy, basic mode (pyproject's [tool.mypy]), on the whole library."""
+    proc = subprocess.run([sys.executable, "-m", "mypy", "lib/parlab"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_library_files_are_small():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "lib").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}

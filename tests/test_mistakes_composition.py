@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT
 from mistakes import caught_by
 
-from parlab.check import CheckFailed
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import capstone as capcheck
 from parlab.check import composition as compcheck
 
@@ -152,13 +152,12 @@ def test_reference_implementation_is_rejected(how):
 def test_capstone_says_when_build_groups_failed():
     """Issue 15.3: the capstone runs the learner's own build_groups; when that failed its own
     check earlier in the kernel, the capstone's message starts by saying so."""
-    from parlab.check import _harness
 
     ns = learner_namespace((MISTAKES / "tp_outermost.py").read_text())
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
     with pytest.raises(CheckFailed, match="TP is the innermost axis"):
         compcheck.check_build_groups(ns.build_groups, world_size=T)
     with pytest.raises(CheckFailed, match=r"builds on your build_groups \(exercise 1b\), which "
                                           r"failed its own test above: fix that first"):
         capcheck.check_capstone(ns.train_dp_tp)
-    _harness._OUTCOMES.clear()
+    reset_outcomes()

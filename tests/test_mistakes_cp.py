@@ -23,7 +23,7 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed
+from parlab.check import CHECK_TIMEOUT_S, CheckFailed, reset_outcomes
 from parlab.check import cp as cpcheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -45,9 +45,8 @@ CHECKS = {  # name -> (check(ns, t), launches ranks?)
 def _fresh_kernel():
     """Each test is a kernel of its own: no outcome of an earlier test's check is remembered
     (parlab.check.exercise names an earlier failed exercise a later check builds on)."""
-    from parlab.check import _harness
 
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:

@@ -16,7 +16,7 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CheckFailed
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import moe as moecheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -118,13 +118,12 @@ def test_reference_implementation_is_rejected(how):
 def test_ep_capacity_says_when_keep_mask_failed():
     """Issue 15.3: exercise 4 runs the learner's own keep_mask; when exercise 2's check failed
     earlier in the kernel, exercise 4's message starts by saying so."""
-    from parlab.check import _harness
 
     ns = learner_namespace((MISTAKES / "keep_token_major.py").read_text())
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
     with pytest.raises(CheckFailed, match="serve the assignments choice first"):
         CHECKS["check_capacity"](ns, 2)
     with pytest.raises(CheckFailed, match=r"builds on your expert_capacity and keep_mask "
                                           r"\(exercise 2\), which failed its own test above"):
         CHECKS["check_ep_capacity"](ns, 2)
-    _harness._OUTCOMES.clear()
+    reset_outcomes()

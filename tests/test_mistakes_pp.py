@@ -18,7 +18,7 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CheckFailed
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import pp as ppcheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -40,9 +40,8 @@ NAMES_RANK = {"check_1f1b", "check_p2p_step"}  # their messages say which rank
 def _fresh_kernel():
     """Each test is a kernel of its own: no outcome of an earlier test's check is remembered
     (parlab.check.exercise names an earlier failed exercise a later check builds on)."""
-    from parlab.check import _harness
 
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:

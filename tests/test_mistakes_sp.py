@@ -16,7 +16,7 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CheckFailed, _harness
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import sp as spcheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.usefixtures("no_orphans")
 @pytest.fixture(autouse=True)
 def fresh_kernel():
     """Each test starts as a fresh kernel would: no exercise has passed or failed yet."""
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
     yield
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
 
 NOTEBOOK = ROOT / "solutions" / "03_sequence_parallel" / "03_sequence_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "03_sequence_parallel"

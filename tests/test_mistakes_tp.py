@@ -17,7 +17,7 @@ import mistakes
 import pytest
 from conftest import ROOT
 
-from parlab.check import CheckFailed, _harness
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import tp as tpcheck
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.usefixtures("no_orphans")
 @pytest.fixture(autouse=True)
 def fresh_kernel():
     """Each test starts as a fresh kernel would: no exercise has passed or failed yet."""
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
     yield
-    _harness._OUTCOMES.clear()
+    reset_outcomes()
 
 NOTEBOOK = ROOT / "solutions" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
 MISTAKES = ROOT / "autograder" / "mistakes" / "02_tensor_parallel"

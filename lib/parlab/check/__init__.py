@@ -41,6 +41,7 @@ from parlab.check._harness import (
     not_reference,
     ranks,
     refuse_in_rank,
+    reset_outcomes,
     run_checked,
 )
 from parlab.errors import CheckFailed
@@ -49,5 +50,5 @@ __all__ = [
     "CheckFailed", "fail", "assert_close", "assert_equal", "expect_type", "assert_owns_only",
     "assert_unchanged", "randomize_parameters", "RTOL", "ATOL", "CHECK_TIMEOUT_S",
     "SHAPE_ERRORS", "call_learner", "run_checked", "ranks", "refuse_in_rank", "not_reexport",
-    "not_reference", "exercise",
+    "not_reference", "exercise", "reset_outcomes",
 ]

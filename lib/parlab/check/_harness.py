@@ -27,7 +27,7 @@ from parlab.check._compare import fail
 from parlab.errors import CheckFailed, reference_message, refused
 
 __all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "ranks", "run_checked", "call_learner",
-           "refuse_in_rank", "not_reexport", "not_reference", "exercise"]
+           "refuse_in_rank", "not_reexport", "not_reference", "exercise", "reset_outcomes"]
 
 CHECK_TIMEOUT_S = 20.0  # launcher timeout of a graded check; nbgrader's cell timeout is 60 s
 SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "shape '[",
@@ -124,6 +124,18 @@ def not_reference(obj: Any, *, name: str, modules: tuple[str, ...], advice: str 
 _OUTCOMES: dict[str, bool] = {}  # exercise key -> did its check pass, in this kernel
 
 
+def reset_outcomes() -> None:
+    """Forget every recorded outcome (a fresh kernel; tests call it between cases)."""
+    _OUTCOMES.clear()
+
+
+def _unwritten(exc: BaseException) -> bool:
+    """The learner has not written this answer yet: the release's stub raised, here or in a
+    rank."""
+    return isinstance(exc, NotImplementedError) or getattr(exc, "exc_type", "") == \
+        "NotImplementedError"
+
+
 def exercise(key: str, *, needs: Mapping[str, str] | None = None) -> Callable[[F], F]:
     """Decorate a check: remember its outcome under `key`; when it fails while a check in
     `needs` (key -> what the learner wrote there, e.g. "f and g (exercise 1)") failed earlier
@@ -134,9 +146,12 @@ def exercise(key: str, *, needs: Mapping[str, str] | None = None) -> Callable[[F
             try:
                 result = check(*args, **kwargs)
             except Exception as exc:
+                if _unwritten(exc):  # a stub: nothing was judged, so nothing is recorded
+                    _OUTCOMES.pop(key, None)
+                    raise
                 _OUTCOMES[key] = False
                 earlier = [what for k, what in (needs or {}).items() if _OUTCOMES.get(k) is False]
-                if not earlier or isinstance(exc, NotImplementedError):
+                if not earlier:
                     raise
                 summary = exc.summary() if hasattr(exc, "summary") else str(exc)
                 note = (f"this check builds on your {' and '.join(earlier)}, which failed "

@@ -26,6 +26,7 @@ import copy
 import os
 import time
 import uuid
+from typing import Any
 
 import nbformat
 from nbclient.client import NotebookClient
@@ -60,7 +61,7 @@ class ResilientExecute(Execute):
         return 10  # after an interrupt: how long a kernel may take to become idle again
 
     # --- one notebook ---------------------------------------------------------------------
-    def preprocess(self, nb, resources=None, km=None):
+    def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)

@@ -129,7 +129,9 @@ def published_table(names: Sequence[str] = tuple(PUBLISHED)) -> str:
     for name in names:
         model, cluster, batch = PRESETS[name]
         sizes, published_mfu = PUBLISHED[name]
-        theirs = evaluate(model, cluster, global_batch=batch, recompute="full", **sizes)
+        theirs = evaluate(model, cluster, global_batch=batch, recompute="full", dp=sizes["dp"],
+                          tp=sizes.get("tp", 1), pp=sizes.get("pp", 1), cp=sizes.get("cp", 1),
+                          ep=sizes.get("ep", 1))
         top = best(plan(model, cluster, global_batch=batch))
         tp = top.axis("tp") if top else None
         rows.append((model.name, theirs.label, "yes" if theirs.kept else "no",
