@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from parlab.grading import COURSE_DIR, SOLUTIONS_DIR, generate_release, list_modules
@@ -134,3 +135,12 @@ def test_every_module_is_released_and_nothing_else() -> None:
         for module in source:
             notebook = top / module / f"{module}.ipynb"
             assert notebook.is_file(), f"{notebook.relative_to(top.parent)} is missing"
+
+
+@pytest.mark.parametrize("module", SOURCE_MODULES)
+def test_every_notebook_ends_with_the_learners_standing(module):
+    nb = nbformat.read(SOLUTIONS_DIR / module / f"{module}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "standing()" in code[-1].source, "the last code cell must call standing()"
+    how = next(c.source for c in nb.cells if c.source.startswith("## How to work through"))
+    assert "standing()" in how and "Validate" in how and f"make check MODULE={module}" in how
