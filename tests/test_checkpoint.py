@@ -13,6 +13,7 @@ Fast: ZeRO-1's flat slices <-> per-parameter chunks against the chunks computed 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from parlab.compose.zero_layout import from_chunks, to_chunks
 from parlab.dp import ZeRO1
 from parlab.launch import run
 from parlab.model import LlamaConfig, load_corpus
+from parlab.widgets import checkpoint_pieces, describe_checkpoint, plot_checkpoint
 
 CFG = LlamaConfig(kv_heads=4)  # TP 4 needs 4 KV heads
 STEPS, SAVED, LR = 4, 2, 3e-3
@@ -111,7 +113,7 @@ def resumed(tmp_path_factory):
     four = run(four_rank_jobs, 4, tmp, timeout=300)
     one = run(one_rank_jobs, 1, tmp, timeout=120)
     single = train_single(CFG, STEPS, global_batch_size=8, lr=LR)
-    return eight, four, one, single
+    return eight, four, one, single, tmp
 
 
 PAIRS = {  # resumed run -> the run that never stopped
@@ -124,7 +126,7 @@ PAIRS = {  # resumed run -> the run that never stopped
 
 
 def results(resumed) -> dict:
-    eight, four, one, _ = resumed
+    eight, four, one, *_ = resumed
     assert all(r["losses"] == eight[0]["losses"] for r in eight), "ranks disagree"
     for name in four[0]:  # every rank reports the same losses
         assert all(r[name]["losses"] == four[0][name]["losses"] for r in four), name
@@ -163,6 +165,24 @@ def test_planted_bugs_break_the_resumed_losses(resumed):
         wrong = next(SAVED + i for i, g in enumerate(gaps) if g > 2 * TOLERANCE)
         assert wrong == first_wrong, (name, gaps)
     assert not got["bug: optimizer not saved"]["resumed"].optimizer
+
+
+@pytest.mark.slow
+def test_the_map_says_which_rank_wrote_which_piece(resumed):
+    """parlab.widgets reads .metadata: on DP2 x PP2 x TP2 layer 0 lives on stage 0 (ranks 0,
+    1, 4, 5 of the (dp, pp, tp) grid), wo's two column pieces are TP's; every tensor is
+    covered exactly once; every rank wrote a file; the figure draws."""
+    pieces = checkpoint_pieces(resumed[4] / "dp2pp2tp2" / "iter_0000002")
+    wo = [p for p in pieces if p.key == "model.blocks.0.attn.wo.weight"]
+    assert sorted(p.offsets for p in wo) == [(0, 0), (0, 16)], wo
+    assert {p.sizes for p in wo} == {(32, 16)} and {p.rank for p in wo} <= {0, 1, 4, 5}
+    down = [p for p in pieces if p.key == "model.blocks.3.mlp.down.weight"]
+    assert {p.rank for p in down} <= {2, 3, 6, 7}, down
+    for key in {p.key for p in pieces if p.shape}:
+        mine = [p for p in pieces if p.key == key]
+        assert sum(math.prod(p.sizes) for p in mine) == math.prod(mine[0].shape), key
+    assert describe_checkpoint(pieces).count("distcp") == 8
+    plot_checkpoint(pieces, ["model.tok.weight", "model.norm.weight"])
 
 
 @pytest.mark.slow

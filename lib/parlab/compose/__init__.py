@@ -26,7 +26,8 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
   `train_single`, `rank_device`, `Replica`, `Position` (iterations and the data position),
   `Checkpointing` (what `train(checkpoints=)` needs).
 - `shards` (module 09): `ShardSpec`, `shard_specs` (which piece of which single-device tensor
-  each parameter is), `rank_mesh`, `placements`, `as_dtensor`, `chunk_rows`.
+  each parameter is), `rank_mesh`, `placements`, `as_dtensor`, `chunk_rows`, `reshard_pieces`
+  (one tensor's t pieces to t' pieces, by their overlaps, as a DCP load reads them).
 - `zero_layout`: ZeRO-1's flat slices <-> per-parameter dim-0 chunks (`to_chunks`,
   `from_chunks`), the form a checkpoint reshards.
 - `checkpoint`: `state_dict`, `save_state`, `load_state` (torch.distributed.checkpoint on any
@@ -60,6 +61,7 @@ from parlab.compose.shards import (
     chunk_rows,
     placements,
     rank_mesh,
+    reshard_pieces,
     shard_specs,
 )
 from parlab.compose.stage import ParallelLlama, Stage, layer_costs, split_layers
@@ -89,5 +91,5 @@ __all__ = [
     "Checkpointing", "ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor",
     "chunk_rows", "to_chunks", "from_chunks", "Saved", "state_dict", "save_state",
     "load_state", "describe_grid", "Checkpoints", "CheckpointParts", "Resumed", "latest",
-    "iteration_dir",
+    "iteration_dir", "reshard_pieces",
 ]

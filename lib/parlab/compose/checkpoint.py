@@ -158,7 +158,8 @@ def save_state(rep: Replica, path: str | Path, position: Position, *,
     """Write this rank's `state_dict` to the DCP checkpoint at `path` (collective; `keep`
     filters the dict first: how the tests plant a checkpoint that forgets something)."""
     state = state_dict(rep, position)
-    dcp.save(keep(state) if keep else state, checkpoint_id=str(path))
+    writer = dcp.FileSystemWriter(str(path), overwrite=True)  # a restarted run saves again
+    dcp.save(keep(state) if keep else state, storage_writer=writer)
 
 
 def saved_meta(path: str | Path) -> tuple[dict[str, Any], set[str]]:

@@ -43,7 +43,7 @@ from parlab.compose.train import Replica
 from parlab.model.llama import Llama, LlamaConfig
 
 __all__ = ["ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor", "chunk_rows",
-           "global_shapes"]
+           "global_shapes", "reshard_pieces"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +140,26 @@ def as_dtensor(local: Tensor, spec: ShardSpec, mesh: DeviceMesh, *,
     whole = torch.empty(spec.shape, device="meta")
     return DTensor.from_local(local, mesh, placements(spec, chunked=chunked), run_check=False,
                               shape=whole.shape, stride=whole.stride())
+
+
+def reshard_pieces(pieces: list[Tensor], dim: int, t_new: int) -> list[Tensor]:
+    """t_old equal pieces of one tensor cut along `dim` -> its t_new equal pieces, the way a
+    DCP load reads them: new piece r covers [r·n', (r+1)·n') of the whole dim (n' = N/t_new)
+    and copies the overlap of every old piece [k·n, (k+1)·n) with it. Nothing is ever
+    assembled whole; each new piece owns its memory."""
+    n, total = pieces[0].shape[dim], sum(q.shape[dim] for q in pieces)
+    if total % t_new:
+        raise ValueError(f"{total} along dim {dim} do not split into {t_new} equal pieces")
+    m = total // t_new
+    out = []
+    for r in range(t_new):
+        shape = list(pieces[0].shape)
+        shape[dim] = m
+        new = pieces[0].new_empty(shape)
+        lo, hi = r * m, (r + 1) * m
+        for k, old in enumerate(pieces):
+            a, b = max(lo, k * n), min(hi, (k + 1) * n)  # the overlap, in whole coordinates
+            if a < b:
+                new.narrow(dim, a - lo, b - a).copy_(old.narrow(dim, a - k * n, b - a))
+        out.append(new)
+    return out
