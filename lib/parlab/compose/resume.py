@@ -10,8 +10,9 @@ The directory is laid out as Megatron lays out its own:
     ckpt/iter_0000004/  ckpt/iter_0000008/   one DCP checkpoint each (`parlab.compose.checkpoint`)
     ckpt/progress.json                       the last iteration finished (rank 0, every step)
 
-The tracker file is replaced only after every rank has written its part, so a run killed in
-the middle of a save resumes from the checkpoint before. After a failure (torchrun
+A checkpoint is written to `iter_0000008.partial/` and renamed once every rank has written
+its part; then the tracker file is replaced. A run killed in the middle of a save resumes
+from the checkpoint before, never from half of one. After a failure (torchrun
 --max-restarts starts every process again) `resumed.lost` says which iterations were done
 after that checkpoint and must be run again: the price of the save interval.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -123,10 +125,14 @@ class Checkpoints:
         if self.load is None:
             return Position()
         iteration = latest(self.load) if self.step is None else self.step
-        if iteration is None or not iteration_dir(self.load, iteration).exists():
+        if iteration is None:
             self._say(f"no checkpoint in {self.load}: starting from iteration 0")
             return Position()
         path = iteration_dir(self.load, iteration)
+        if not (path / ".metadata").exists():
+            raise FileNotFoundError(f"{path} holds no complete checkpoint (no .metadata); "
+                                    f"the iterations saved in {self.load}: "
+                                    f"{sorted(d.name for d in Path(self.load).glob('iter_*'))}")
         saved = load_state(rep, path)
         saved = replace(saved, position=self.parts.resume_at(saved.position))
         progress = Path(self.load) / PROGRESS  # how far the run got (none: another dir)
@@ -148,7 +154,11 @@ class Checkpoints:
         if not (due or last):
             return
         path = iteration_dir(directory, position.step)
-        save_state(rep, path, position, keep=self.parts.keep)
+        partial = path.with_name(path.name + ".partial")
+        save_state(rep, partial, position, keep=self.parts.keep)
         if dist.get_rank() == 0:  # dcp.save returns once every rank's part is written
+            if path.exists():  # saved before (a restarted run passing it again)
+                shutil.rmtree(path)
+            os.replace(partial, path)
             _write_atomically(directory / TRACKER, str(position.step))
         self._say(f"saved iteration {position.step} to {path}")
