@@ -117,6 +117,8 @@ def plot_checkpoint(pieces: list[Piece], keys: list[str], *, columns: int = 2) -
         ax.set_xlabel("dim 1" + (" (dims 1.. folded)" if len(shape) > 2 else "")
                       if len(shape) > 1 else "dim 0")
         ax.set_ylabel("dim 0" if len(shape) > 1 else "")
+        if len(shape) == 1:
+            ax.set_yticks([])
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
