@@ -7,8 +7,9 @@ iterations 4-5 (or 4-6, if 6 ended before the kill landed) were lost, run them a
 same losses (the same grid restores every bit: weights, Adam, data position), pass --check
 on the iterations they ran, and end with the final loss of a run without the fault
 (computed here through `parlab.launch.run`, the same code on the same grid). A second
-torchrun loses a rank in each of its two attempts with --max-restarts 1: it must end with a
-non-zero exit and torchrun's report of the signal, within the timeout, never hang.
+torchrun (2 processes, TP 2) loses a rank in each of its two attempts with --max-restarts 1:
+it must end with a non-zero exit and torchrun's report of the signal, within the timeout,
+never hang.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ def _wait(until, deadline: float, what: str, proc: subprocess.Popen, log: Path):
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
-def _torchrun(tmp: Path, restarts: int, kills, timeout: float) -> tuple[int, str, list[int]]:
+def _torchrun(tmp: Path, restarts: int, kills, timeout: float, *,
+              nproc: int = 4) -> tuple[int, str, list[int]]:
     """Run the script under torchrun, calling each kill(proc, ckpt, log, deadline) in turn
     (each returns the progress at its kill); (exit code, output, progress at each kill).
     The process group is killed whatever happens."""
     ckpt, log = tmp / "ckpt", tmp / "torchrun.log"
     torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "4", "--max-restarts",
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
            str(restarts), str(SCRIPT), *ARGS, "--save", str(ckpt), "--save-interval",
            str(INTERVAL), "--load", str(ckpt)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -151,7 +153,7 @@ def test_a_killed_rank_costs_the_steps_since_the_last_checkpoint(tmp_path):
 def test_more_failures_than_restarts_end_the_run(tmp_path):
     start = time.perf_counter()
     code, output, _ = _torchrun(tmp_path, 1, [kill_rank1_after(1), kill_rank1_on_restart],
-                                120)
+                                120, nproc=2)  # TP 2 on 2 processes: two starts, kept short
     print(f"two kills, --max-restarts 1: exit {code} in {time.perf_counter() - start:.0f} s")
     assert code != 0, output
     assert "the last one torchrun allows, a further failure ends the run" in output, output
