@@ -4,9 +4,16 @@ Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
 `*_summary(**controls) -> dict`, `describe_*(summary) -> str`, `plot_*(summary) -> Figure`.
 
 - `interconnect` (module 00), `figures` (module 00's pictures of the collectives), `memory`
-  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07).
+  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07), `checkpoint`
+  (09: which piece of which tensor a distributed checkpoint holds in which file).
 """
 
+from parlab.widgets.checkpoint import (
+    Piece,
+    checkpoint_pieces,
+    describe_checkpoint,
+    plot_checkpoint,
+)
 from parlab.widgets.cp import (
     describe_work,
     plot_measured_work,
@@ -79,5 +86,6 @@ __all__ = [
     "plot_ring_schedule", "plot_measured_work", "capacity_explorer", "capacity_summary",
     "describe_capacity", "plot_capacity", "a2a_explorer", "a2a_summary", "describe_a2a",
     "plot_a2a", "skewed_routing", "planner_widget", "planner_summary", "describe_planner",
-    "plot_planner", "Planner",
+    "plot_planner", "Planner", "Piece", "checkpoint_pieces", "describe_checkpoint",
+    "plot_checkpoint",
 ]
