@@ -97,3 +97,28 @@ def test_memory_explorer_moves_with_recompute_and_zero():
     w.controls["tp"].value = 16
     w.controls["pp"].value = 32
     assert "error" in w.summary  # 512 GPUs' worth of tp·pp: nothing left for DP
+
+
+def _event(pid: int, name: str, start_ms: float, dur_ms: float) -> dict:
+    return {"ph": "X", "pid": pid, "tid": 0, "name": name, "ts": start_ms * 1e3,
+            "dur": dur_ms * 1e3}
+
+
+def test_step_trace_classifies_the_last_step_by_name():
+    from parlab.timeline import Timeline
+    from parlab.widgets import classify, last_step, plot_step_trace
+
+    events = [_event(0, "F mb0 chunk0", 0, 5), _event(0, "B mb0 chunk0", 6, 8),  # step 0
+              _event(0, "F mb0 chunk0", 20, 5), _event(0, "send F mb0 to stage 1", 25, 0.1),
+              _event(0, "comm all_gather (2x8x32) float32", 21, 1),
+              _event(0, "B mb0 chunk0", 30, 10), _event(0, "allreduce bucket 0 (36 KiB)", 35, 0.2),
+              _event(0, "wait bucket 0", 41, 2), _event(0, "aten::mm", 22, 1)]
+    events += [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "rank 0"}}]
+    tl = Timeline({"traceEvents": events})
+    assert last_step(tl) == pytest.approx((0.020, 0.043))
+    kinds = classify(tl, rank=0, window=last_step(tl))
+    assert [len(kinds[k]) for k in ("F", "B", "tp", "pp", "dp", "wait")] == [1, 1, 1, 1, 1, 1]
+    fig = plot_step_trace(tl, coords={0: (0, 0, 0)})
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts == ["F0", "B0"]  # the last step only, labelled by micro-batch
+    assert fig.axes[0].get_xlabel().startswith("milliseconds")

@@ -5,7 +5,8 @@ Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
 
 - `interconnect` (module 00), `figures` (module 00's pictures of the collectives), `memory`
   (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07), `whole` (08: the
-  3D rank grid with its links, memory per GPU as recomputation and ZeRO change).
+  3D rank grid with its links, memory per GPU as recomputation and ZeRO change),
+  `whole_trace` (08: one traced 3D step, rank by rank).
 """
 
 from parlab.widgets.cp import (
@@ -78,6 +79,7 @@ from parlab.widgets.whole import (
     plot_grid,
     plot_memory_3d,
 )
+from parlab.widgets.whole_trace import classify, last_step, plot_step_trace
 
 __all__ = [
     "Explorer", "Summary", "log_slider", "interconnect_explorer", "interconnect_summary",
@@ -93,5 +95,5 @@ __all__ = [
     "plot_a2a", "skewed_routing", "planner_widget", "planner_summary", "describe_planner",
     "plot_planner", "Planner", "grid_summary", "describe_grid", "plot_grid", "grid_explorer",
     "memory_summary_3d", "describe_memory_3d", "plot_memory_3d", "memory_explorer_3d",
-    "h100_cluster",
+    "h100_cluster", "classify", "last_step", "plot_step_trace",
 ]
