@@ -101,8 +101,8 @@ def plot_step_trace(tl: Timeline, *, coords: dict[int, tuple[int, ...]] | None =
     ax.set_xlabel("milliseconds since the step's first forward")
     ax.set_title(title or "one training step, rank by rank, from the profiler trace",
                  fontsize=10)
-    handles: list[Any] = [Patch(color=KINDS[k][1], label=KINDS[k][2]) for k in ("F", "B", "tp", "pp",
-                                                                     "wait")]
+    handles: list[Any] = [Patch(color=KINDS[k][1], label=KINDS[k][2])
+                          for k in ("F", "B", "tp", "pp", "wait")]
     handles.append(Line2D([], [], marker="v", ls="", color=KINDS["dp"][1], label=KINDS["dp"][2]))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3,
               fontsize=8, frameon=False)
