@@ -12,9 +12,9 @@ TP across nodes (16), CP 4, DP without TP, ZeRO-1 and plain DP, all three recomp
 While the functions run, `parlab.plan` raises CheckFailed; `parlab.costs`' closed forms and
 `parlab.mesh` are allowed.
 
-The plan (`my_plan`: dp, tp, pp, cp, strategy, recompute, micro_batch) must use the 256 GPUs,
-be kept by the planner (fits 90% of 80 GB, TP inside a node), and come with a sentence for
-every axis it uses (`why`).
+The plan (`my_plan()` returns the plan, a dict of dp, tp, pp, cp, strategy, recompute and
+micro_batch, and `why`, a dict of sentences) must use the 256 GPUs, be kept by the planner
+(fits 90% of 80 GB, TP inside a node), and come with a sentence for every axis it uses.
 """
 
 from __future__ import annotations
@@ -161,16 +161,21 @@ def _check_plan(model: Any, cluster: Any, my_plan: Any, why: Any, batch: int) ->
 
 @exercise(KEY_PLAN)
 def check_plan_70b(memory_per_gpu: Callable[..., Any], bytes_per_step: Callable[..., Any],
-                   my_plan: Any, why: Any, *, model: Any, cluster: Any, global_batch: int,
+                   my_plan: Callable[[], Any], *, model: Any, cluster: Any, global_batch: int,
                    quiet: bool = False) -> Any:
     """The two functions against the planner at the learner's plan and other shapes; the plan
     kept by the planner, with a sentence per axis. Returns the planner's view of the plan."""
     not_reexport(memory_per_gpu, name="memory_per_gpu")
     not_reexport(bytes_per_step, name="bytes_per_step")
-    judged = _check_plan(model, cluster, my_plan, why, global_batch)
-    own = ({k: my_plan.get(k, 1) for k in ("dp", "tp", "pp", "cp")},
-           my_plan.get("strategy", "zero1"), my_plan.get("recompute", "selective"),
-           my_plan.get("micro_batch", 1))
+    answer = call_learner("my_plan()", my_plan)
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        fail(f"my_plan() returned {type(answer).__name__}, expected (plan, why): two dicts",
+             hint="return the plan's sizes and options, and a sentence per axis")
+    my_plan_dict, why = answer
+    judged = _check_plan(model, cluster, my_plan_dict, why, global_batch)
+    own = ({k: my_plan_dict.get(k, 1) for k in ("dp", "tp", "pp", "cp")},
+           my_plan_dict.get("strategy", "zero1"), my_plan_dict.get("recompute", "selective"),
+           my_plan_dict.get("micro_batch", 1))
     for case in [own, *SHAPES, *(HIDDEN_SHAPES if quiet else [])]:
         _check_one(memory_per_gpu, bytes_per_step, model, cluster, case, global_batch)
     if not quiet:
