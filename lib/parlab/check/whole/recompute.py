@@ -132,14 +132,13 @@ def _check_values(fn: Callable[..., Any], policy: str) -> None:
             "dropout, residual, ln2, fc1, GeLU, fc2, dropout, residual), dropout and "
             "attention_core from parlab.model.recompute (so the masks are the same draws), "
             "and torch.utils.checkpoint, which replays the random state when it recomputes")
-    expect_type(out, Tensor, name=f"recompute_forward(..., {policy!r})",
-                what="the layer's output, a tensor of the shape of x")
-    assert_close(out, ref_out, name=f"the output with recompute={policy!r}", rtol=1e-6,
-                 atol=1e-6, hint=hint)
+    call = f"recompute_forward(layer, x, {policy!r})"
+    expect_type(out, Tensor, name=call, what="the layer's output, a tensor of the shape of x")
+    assert_close(out, ref_out, name=f"the output of {call}", rtol=1e-6, atol=1e-6, hint=hint)
     names = ["x"] + [n for n, _ in _layers(torch.float32)[0].named_parameters()]
     for name, g, want in zip(names, grads, ref_grads, strict=True):
-        assert_close(g, want, name=f"the gradient of {name} with recompute={policy!r}",
-                     rtol=1e-6, atol=1e-6, hint=hint)
+        assert_close(g, want, name=f"the gradient of {name} through {call}", rtol=1e-6,
+                     atol=1e-6, hint=hint)
 
 
 def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
@@ -184,7 +183,7 @@ def _check_flops(fn: Callable[..., Any], policy: str) -> int:
     allowed = {"none": (0,), "selective": (2 * B * S * S * H, 4 * B * S * S * H),
                "full": (f,)}[policy]
     if extra not in allowed:
-        fail(f"with recompute={policy!r}, forward and backward cost "
+        fail(f"recompute_forward(layer, x, {policy!r}): forward and backward cost "
              f"{counter.get_total_flops():,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; "
              f"expected {' or '.join(f'{a:,}' for a in allowed)} recomputed",
              hint="selective recomputes only the attention core's GEMMs; full reruns the "
