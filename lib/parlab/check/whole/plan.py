@@ -40,6 +40,9 @@ HIDDEN_SHAPES = [
     ({"dp": 1, "tp": 8, "pp": 32}, "ddp", "selective", 4),
 ]
 REFUSAL = "parlab.plan (the planner's own cost model)"
+PUBLISHED = {"tp": 4, "pp": 4, "cp": 2, "dp": 8}
+"""NVIDIA's Megatron-Bridge recipe for Llama 3 70B on H100 in bf16 (TP 4 with SP, PP 4 with 5
+virtual stages, CP 2, micro-batch 1, sequence 8192; 64 GPUs there, so DP 8 on 256)."""
 MEMORY_HINTS = {
     "weights": "weights are 2 bytes per parameter of the first stage, split over t: "
                "P_0 = ceil(L/p) P_layer + Vh (2Vh when p = 1), P_layer = (N - 2Vh)/L",
@@ -179,7 +182,9 @@ def check_plan_70b(memory_per_gpu: Callable[..., Any], bytes_per_step: Callable[
     for case in [own, *SHAPES, *(HIDDEN_SHAPES if quiet else [])]:
         _check_one(memory_per_gpu, bytes_per_step, model, cluster, case, global_batch)
     if not quiet:
+        beside = ", ".join(f"{a.upper()} {own[0][a]} ({PUBLISHED[a]})" for a in PUBLISHED)
         print(f"memory_per_gpu and bytes_per_step agree with the planner at your plan and "
               f"{len(SHAPES)} other shapes; your plan, {judged.label}: "
-              f"{judged.memory_total / 1e9:.1f} GB per GPU, kept")
+              f"{judged.memory_total / 1e9:.1f} GB per GPU, kept. Beside NVIDIA's published "
+              f"recipe (in brackets, 5 virtual stages per rank): {beside}")
     return judged
