@@ -17,10 +17,11 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
   `gather_sequence`, `exchange_counts`.
 - `stage`: `layer_costs`, `split_layers` (module 04's balancing), `Stage`, `ParallelLlama`
   (this rank's chunks, looped placement).
-- `pipeline`: `run_schedule` (any `parlab.pp.make_schedule` schedule on the stages),
-  `Messages`.
-- `grads`: `finalize_grads` (SP sums, tied embedding, DP mean), `sync_data_parallel` (the DP
-  seam BucketedDDP replaces), `sum_grads`.
+- `pipeline`: `run_schedule` (any `parlab.pp.make_schedule` schedule on the stages, the
+  earlier backwards inside the DP syncs' `no_sync()`), `Messages`, `synced_backwards`.
+- `grads`: `finalize_grads` (SP sums, tied embedding, DP mean), `data_parallel` and
+  `bucketed` (the model's `parlab.dp.BucketedDDP`s, overlapped with the last backwards),
+  `sync_data_parallel` (their `finish()`: the seam `Parts` can replace), `sum_grads`.
 - `train`: `Plan`, `Parts` (the replaceable pieces tests plant bugs in), `TOLERANCE` and
   `CHECKED_STEPS` (how close, for how long), `check_plan`, `setup`, `train_step`, `train`,
   `train_single`, `rank_device`, `Replica`, `Position` (iterations and the data position),
@@ -44,10 +45,17 @@ from parlab.compose.checkpoint import (
     state_dict,
 )
 from parlab.compose.experts import ExpertParallelMoE, exchange_counts, gather_sequence
-from parlab.compose.grads import finalize_grads, sum_grads, sync_data_parallel
+from parlab.compose.grads import (
+    BUCKET_BYTES,
+    bucketed,
+    data_parallel,
+    finalize_grads,
+    sum_grads,
+    sync_data_parallel,
+)
 from parlab.compose.grid import Grid, Positions, group_size, make_grid
 from parlab.compose.layer import ParallelAttention, ParallelBlock, ParallelSwiGLU
-from parlab.compose.pipeline import Messages, run_schedule
+from parlab.compose.pipeline import Messages, run_schedule, synced_backwards
 from parlab.compose.resume import (
     CheckpointParts,
     Checkpoints,
@@ -85,7 +93,8 @@ from parlab.compose.zero_layout import from_chunks, to_chunks
 __all__ = [
     "Grid", "Positions", "make_grid", "group_size", "ParallelAttention", "ParallelSwiGLU",
     "ParallelBlock", "ExpertParallelMoE", "gather_sequence", "exchange_counts", "layer_costs",
-    "split_layers", "Stage", "ParallelLlama", "Messages", "run_schedule", "sync_data_parallel",
+    "split_layers", "Stage", "ParallelLlama", "Messages", "run_schedule", "synced_backwards",
+    "BUCKET_BYTES", "bucketed", "data_parallel", "sync_data_parallel",
     "sum_grads", "finalize_grads", "TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica",
     "check_plan", "rank_device", "setup", "train_step", "train", "train_single", "Position",
     "Checkpointing", "ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor",
