@@ -24,7 +24,9 @@ Under a profiler (`parlab.launch.run(..., trace=path)`) each step is a set of ra
 "ring step s send/recv" (posting the transfer), "ring step s compute" (one block and its
 merge), "ring step s wait" (blocked on the transfer); backward "ring backward step s ..." with
 "send/recv K/V", "compute", "send/recv dK/dV", "wait dK/dV" and "wait K/V". The transfers
-themselves are gloo's "gloo:recv" ranges, from posting to arrival (`parlab.timeline`).
+themselves are gloo's "gloo:recv" ranges, from posting to arrival: under a profiler a thread
+waits for each step's messages as soon as they are posted (`parlab.timeline.watched`), since
+gloo sees a message arrive only when someone waits for it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.profiler import record_function
 
+from parlab import timeline
 from parlab.cp.blocks import (
     block_attention,
     block_attention_backward,
@@ -83,7 +86,7 @@ def shift_right(tensors: Sequence[Tensor], *, group: Any = None) -> Transfer:
         handles.append(dist.irecv(buf, src=left, group=group))
         handles.append(dist.isend(t.contiguous(), dst=right, group=group))
         received.append(buf)
-    return Transfer(handles, received)
+    return Transfer(timeline.watched(handles), received)  # (a watcher under a profiler)
 
 
 class Pending(Protocol):

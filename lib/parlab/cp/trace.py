@@ -9,8 +9,9 @@ r"""Ring attention in a profiler trace: compute and transfer ranges per step, an
 One job on W ranks (`parlab.launch.run(..., trace=path)`) runs the reference ring
 (`parlab.cp.ring`) with real blocks and real K/V messages: the forward twice, first
 overlapped (each step posts its transfer, then computes), then waiting for each transfer
-before computing, each inside a range named by its mode ("ring forward overlapped"); then one
-forward and backward through `ring_attention` ("ring forward+backward", for the file). Inside,
+before computing, each inside a range named by its mode ("ring forward overlapped"); with
+`backward=True` then one forward and backward through `ring_attention` ("ring
+forward+backward", for the file: its steps are "ring backward step s ..."). Inside,
 the ring's own ranges (`parlab.cp.ring`'s docstring: "ring step 1 send/recv", "ring step 1
 compute", "ring step 1 wait") and gloo's, one "gloo:recv" per message from the moment the
 receive was posted until the message arrived.
@@ -62,7 +63,8 @@ class RingTrace:
     block_bytes: int  # K + V of one rank, one step
 
 
-def _ring_worker(seq_len: int, heads: int, head_dim: int, causal: bool) -> int:
+def _ring_worker(seq_len: int, heads: int, head_dim: int, causal: bool,
+                 backward: bool) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = (torch.device("cuda", torch.cuda.current_device())
               if dist.get_backend() == "nccl" else torch.device("cpu"))
@@ -76,10 +78,11 @@ def _ring_worker(seq_len: int, heads: int, head_dim: int, causal: bool) -> int:
         with record_function(f"ring forward {mode}"):
             ring_attention_forward(q, k, v, pos, causal=causal, overlap=overlap)
     dist.barrier()
-    q.requires_grad_()
-    with record_function("ring forward+backward"):
-        ring_attention(q, k, v, pos, causal=causal).sum().backward()
-    dist.barrier()
+    if backward:
+        q.requires_grad_()
+        with record_function("ring forward+backward"):
+            ring_attention(q, k, v, pos, causal=causal).sum().backward()
+        dist.barrier()
     return 2 * k.numel() * k.element_size()
 
 
@@ -104,11 +107,13 @@ def step_transfers(tl: Timeline, window: tuple[float, float],
 
 
 def trace_ring(*, world_size: int = 4, seq_len: int = 2048, heads: int = 4,
-               head_dim: int = 64, causal: bool = False, trace: str | os.PathLike,
-               timeout: float = 60.0) -> RingTrace:
+               head_dim: int = 64, causal: bool = False, backward: bool = False,
+               trace: str | os.PathLike, timeout: float = 60.0) -> RingTrace:
     """Trace the ring on `world_size` ranks (module docstring); seq_len tokens in all."""
-    sizes = run(_ring_worker, world_size, seq_len, heads, head_dim, causal, trace=trace,
-                timeout=timeout)
+    if world_size < 2:
+        raise ValueError(f"a ring needs 2 ranks or more to pass anything on, got {world_size}")
+    sizes = run(_ring_worker, world_size, seq_len, heads, head_dim, causal, backward,
+                trace=trace, timeout=timeout)
     tl = load(trace)
     windows = {mode: tl.span(f"ring forward {mode}") for mode in MODES}
     transfers = {mode: step_transfers(tl, windows[mode], world_size) for mode in MODES}
@@ -117,7 +122,8 @@ def trace_ring(*, world_size: int = 4, seq_len: int = 2048, heads: int = 4,
         flying = [r for row in transfers[mode] for r in row]
         hidden[mode] = sum(covered([r], tl.ranges(rank=r.rank, match=COMPUTE, within=window))
                            for r in flying) / sum(r.seconds for r in flying)
-    windows["forward+backward"] = tl.span("ring forward+backward")
+    if backward:
+        windows["forward+backward"] = tl.span("ring forward+backward")
     return RingTrace(str(trace), tl, world_size, hidden, windows, transfers, sizes[0])
 
 

@@ -15,7 +15,7 @@
 """
 
 from parlab.pp.executor import Mailbox, StageContext, execute, make_context, range_name
-from parlab.pp.measure import BubbleSweep, measure_bubbles, replay, trace_result
+from parlab.pp.measure import BubbleSweep, measure_bubbles, trace_result
 from parlab.pp.model import Layer, build_chunks, make_data, make_model, reference, stage_layers
 from parlab.pp.order import dependencies, run_in_order, validate
 from parlab.pp.plot import COLOURS, plot_bubbles, plot_schedule, plot_side_by_side, plot_timeline
@@ -54,5 +54,5 @@ __all__ = [
     "make_data", "reference", "stage_layers", "build_chunks", "StageContext", "make_context",
     "Mailbox", "execute", "PipelineRun", "run_pipeline", "pipeline_worker", "rank_result",
     "measured_result", "COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side",
-    "range_name", "BubbleSweep", "measure_bubbles", "trace_result", "replay", "plot_bubbles",
+    "range_name", "BubbleSweep", "measure_bubbles", "trace_result", "plot_bubbles",
 ]

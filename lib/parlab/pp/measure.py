@@ -3,7 +3,7 @@ r"""The bubble measured from a profiler trace, beside the simulator and the clos
     from parlab.pp.measure import measure_bubbles
     sweep = measure_bubbles(ms=(4, 8, 16, 32), trace="pipeline.json")
     sweep.rows            # one per (schedule, m): measured, simulated, formula
-    sweep.latency         # the message latency read off the trace, seconds
+    sweep.latency         # what a message costs, read off the trace, seconds
 
 All the schedules run in one job on p ranks (`parlab.launch.run(..., trace=path)`), one after
 the other, each inside a range named "pipeline <schedule> m=<m>" (`config_name`) whose actions
@@ -15,18 +15,23 @@ Per run, from the trace:
 
 - measured bubble: `parlab.timeline.idle_share` over the F/B/W ranges inside its window, the
   idle share of p ranks × (first start to last end), GPipe's accounting;
-- latency: for every message whose consumer was already waiting for it (its "recv ..." range
-  had started), the consumer's start minus the producer's end: posting the message, the
-  transfer and waking the receiver. The sweep's `latency` is the median over all runs.
+- what each message cost (`message_costs`), two ways. In flight: where the consumer was
+  already waiting (its "recv ..." range had started before the producer's action ended), the
+  consumer's start minus the producer's end: posting, the transfer, waking the receiver.
+  Handling: where the message was sent before the consumer began to wait for it, the length
+  of that "recv ..." range, the time it takes to take in a message that is already there.
+  Posting: the length of the producer's "send ..." range, paid after its action, before the
+  next.
 
-Beside it `simulate` with the same costs, with latency 0 and with the measured latency; a
-replay (`replay`: the simulator fed each action's duration as the trace measured it, plus the
-latency), which adds what the costs leave out, actions that overran them while their rank
-waited for a CPU core; the latency that would make the simulation match the measured bubbles
-on its own (`fitted_latency`); and the closed form: $\frac{p-1}{vm+p-1}$
-(`parlab.costs.bubble_fraction`) for 1F1B (v = 1) and interleaved 1F1B, and for ZB-H1 Qi et
-al.'s idle time $(p-1)(t_f + t_b - t_w)$ per rank (arXiv:2401.10241) against
-$m(t_f + t_b + t_w)$ of work.
+Beside it `simulate` with the same costs: with latency 0; with `latency` = the median
+in-flight cost; and with `fitted_latency`, the one latency at which the simulated bubbles
+match the measured ones on average (the simulator's latency delays a message's arrival; it
+does not charge posting and handling, which a rank pays on every message whether or not it
+waits; a fitted latency stands in for all three, and for the occasional millisecond a rank
+spends waiting for a CPU core). And the closed
+form: $\frac{p-1}{vm+p-1}$ (`parlab.costs.bubble_fraction`) for 1F1B (v = 1) and interleaved
+1F1B, and for ZB-H1 Qi et al.'s idle time $(p-1)(t_f + t_b - t_w)$ per rank
+(arXiv:2401.10241) against $m(t_f + t_b + t_w)$ of work.
 """
 
 from __future__ import annotations
@@ -43,13 +48,13 @@ from torch.profiler import record_function
 from parlab import costs as closed_forms
 from parlab import launch
 from parlab.pp.executor import execute, make_context, range_name
-from parlab.pp.order import dependencies, run_in_order
+from parlab.pp.order import dependencies
 from parlab.pp.schedules import Schedule, make_schedule
 from parlab.pp.simulator import SimResult, Span, simulate, timeline_stats
 from parlab.timeline import Timeline, idle_share, load
 
 __all__ = ["SCHEDULES", "Config", "BubbleRow", "BubbleSweep", "config_name", "formula_bubble",
-           "message_gaps", "trace_result", "replay", "fitted_latency", "measure_bubbles"]
+           "windows", "message_costs", "trace_result", "fitted_latency", "measure_bubbles"]
 
 SCHEDULES = (("1f1b", 1), ("interleaved_1f1b", 2), ("zb_h1", 1))  # (name, chunks per rank v)
 WORK = ("F ", "B ", "W ")  # the executor's action ranges
@@ -74,7 +79,8 @@ def config_name(config: Config) -> str:
 
 
 def formula_bubble(config: Config, t_f: float, t_b: float, t_w: float) -> float:
-    """The closed form of the idle share (module docstring)."""
+    """The closed form of the idle share (module docstring). ZB-H1's holds for m >= p, the
+    paper's setting: with fewer micro-batches its steady phase never fills."""
     p, m = config.p, config.m
     if config.name == "zb_h1":
         idle = (p - 1) * max(0.0, t_f + t_b - t_w)
@@ -89,11 +95,12 @@ class BubbleRow:
     config: Config
     measured: float  # idle share from the trace's ranges
     simulated: float  # simulate(), no latency
-    simulated_latency: float  # simulate(latency=the sweep's measured latency)
-    replayed: float  # the trace's own durations + the measured latency
+    simulated_latency: float  # simulate(latency=the sweep's measured in-flight cost)
+    simulated_fitted: float  # simulate(latency=the sweep's fitted latency)
     formula: float
     makespan: float  # seconds, from the trace
-    gaps: list[float] = field(default_factory=list)  # per waited-for message, seconds
+    in_flight: list[float] = field(default_factory=list)  # seconds, per waited-for message
+    handling: list[float] = field(default_factory=list)  # seconds, per early message
 
 
 @dataclass
@@ -102,7 +109,9 @@ class BubbleSweep:
 
     rows: list[BubbleRow]
     costs: tuple[float, float, float]
-    latency: float
+    latency: float  # median in-flight cost of a message, seconds
+    handling: float  # median handling cost of a message that was already there
+    posting: float  # median length of a "send ..." range
     fitted_latency: float
     trace: str | None = None
     timeline: Timeline | None = None
@@ -112,14 +121,26 @@ class BubbleSweep:
         return next(r for r in self.rows if r.config.name == name and r.config.m == m)
 
 
-def _window(tl: Timeline, config: Config) -> tuple[float, float]:
-    return tl.span(config_name(config))
+def windows(tl: Timeline) -> dict[str, tuple[float, float]]:
+    """Every run's window in the trace: {config_name: (start, end)}, in one pass."""
+    out: dict[str, tuple[float, float]] = {}
+    for r in tl.ranges(prefix="pipeline "):
+        start, end = out.get(r.name, (r.start, r.end))
+        out[r.name] = (min(start, r.start), max(end, r.end))
+    return out
 
 
-def trace_result(tl: Timeline, config: Config) -> SimResult:
+def _window(tl: Timeline, config: Config,
+            window: tuple[float, float] | None) -> tuple[float, float]:
+    return tl.span(config_name(config)) if window is None else window
+
+
+def trace_result(tl: Timeline, config: Config, *,
+                 window: tuple[float, float] | None = None) -> SimResult:
     """One run's actions, read back from the trace, as a SimResult (times from its first
-    start): what `parlab.pp.plot_timeline` draws and `timeline_stats` measures."""
-    window = _window(tl, config)
+    start): what `parlab.pp.plot_timeline` draws and `timeline_stats` measures. window: the
+    run's (start, end), found by its name when not given."""
+    window = _window(tl, config, window)
     by_name = {range_name(a): a for row in config.schedule() for a in row}
     spans = [[Span(r.rank, by_name[r.name], r.start, r.end)
               for r in tl.ranges(rank=rank, prefix=WORK, within=window) if r.name in by_name]
@@ -130,16 +151,6 @@ def trace_result(tl: Timeline, config: Config) -> SimResult:
     makespan, busy, fraction, ratio, peaks = timeline_stats(spans, v=config.v, split=split)
     return SimResult(spans, makespan, busy, fraction, ratio, peaks, config.p, config.m,
                      config.v)
-
-
-def replay(tl: Timeline, config: Config, latency: float) -> float:
-    """The bubble of `config` simulated with each action lasting what it lasted in the trace
-    (`run_in_order`, the simulator's engine), messages taking `latency` seconds."""
-    measured = trace_result(tl, config)
-    took = {(s.rank, s.action): s.end - s.start for row in measured.spans for s in row}
-    raw = run_in_order(config.schedule(), lambda r, a: took[(r, a)], latency=latency)
-    spans = [[Span(r, a, s, e) for a, s, e in row] for r, row in enumerate(raw)]
-    return timeline_stats(spans, v=config.v)[2]
 
 
 def fitted_latency(rows: Sequence[tuple[Config, float]], costs: tuple[float, float, float],
@@ -158,24 +169,28 @@ def fitted_latency(rows: Sequence[tuple[Config, float]], costs: tuple[float, flo
     return (low + high) / 2
 
 
-def message_gaps(tl: Timeline, config: Config) -> list[float]:
-    """Consumer start minus producer end, for each message the consumer was waiting for."""
-    window = _window(tl, config)
+def message_costs(tl: Timeline, config: Config, *, window: tuple[float, float] | None = None
+                  ) -> tuple[list[float], list[float]]:
+    """(in flight, handling) in seconds, one entry per cross-rank message (module docstring)."""
+    window = _window(tl, config, window)
     where: dict[tuple[int, str], tuple[float, float]] = {}
     for r in tl.ranges(prefix=WORK + ("recv ",), within=window):
         where[(r.rank, r.name)] = (r.start, r.end)
-    gaps = []
+    flight, handling = [], []
     for rank, actions in enumerate(config.schedule()):
         for a in actions:
-            for q, dep in dependencies(a, rank, config.p, config.v):
-                waited = where.get((rank, f"recv {range_name(a)}"))
-                produced = where.get((q, range_name(dep)))
-                started = where.get((rank, range_name(a)))
-                if q == rank or waited is None or produced is None or started is None:
-                    continue
-                if waited[0] < produced[1]:  # already waiting when the message left
-                    gaps.append(started[0] - produced[1])
-    return gaps
+            waited = where.get((rank, f"recv {range_name(a)}"))
+            started = where.get((rank, range_name(a)))
+            sent = [where.get((q, range_name(dep)))
+                    for q, dep in dependencies(a, rank, config.p, config.v) if q != rank]
+            if waited is None or started is None or not sent or any(x is None for x in sent):
+                continue
+            produced = max(x[1] for x in sent if x is not None)
+            if waited[0] < produced:  # already waiting when the message left
+                flight.append(started[0] - produced)
+            else:
+                handling.append(waited[1] - waited[0])
+    return flight, handling
 
 
 def _sweep_worker(configs: Sequence[Config], costs: tuple[float, float, float],
@@ -203,17 +218,24 @@ def measure_bubbles(*, p: int = 4, ms: Sequence[int] = (4, 8, 16, 32),
     options = {"n_layers": n_layers, "width": 16, "batch": batch}
     rss = launch.run(_sweep_worker, p, configs, costs, options, trace=trace, timeout=timeout)
     tl = load(trace)
-    gaps = {c: message_gaps(tl, c) for c in configs}
-    every = [g for c in configs for g in gaps[c]]
-    latency = max(0.0, statistics.median(every)) if every else 0.0
+    found = windows(tl)
+    window = {c: found[config_name(c)] for c in configs}
+    spent = {c: message_costs(tl, c, window=window[c]) for c in configs}
+    latency, handling = (_median([g for c in configs for g in spent[c][k]]) for k in (0, 1))
+    measured = {c: idle_share(tl, WORK, within=window[c]) for c in configs}
+    fit = fitted_latency(list(measured.items()), costs)
+    posting = _median([r.seconds for c in configs
+                       for r in tl.ranges(prefix="send ", within=window[c])])
     rows = []
     for c in configs:
-        window = _window(tl, c)
-        start, end = tl.span(WORK, within=window)
-        rows.append(BubbleRow(
-            c, idle_share(tl, WORK, within=window), simulate(c.schedule(), *costs).bubble_fraction,
-            simulate(c.schedule(), *costs, latency=latency).bubble_fraction,
-            replay(tl, c, latency), formula_bubble(c, *costs), end - start, gaps[c]))
-    fit = fitted_latency([(r.config, r.measured) for r in rows], costs)
-    return BubbleSweep(rows, costs, latency, fit, str(trace), tl, rss)
+        start, end = tl.span(WORK, within=window[c])
+        zero, at_latency, at_fit = (simulate(c.schedule(), *costs, latency=x).bubble_fraction
+                                    for x in (0.0, latency, fit))
+        rows.append(BubbleRow(c, measured[c], zero, at_latency, at_fit,
+                              formula_bubble(c, *costs), end - start, *spent[c]))
+    return BubbleSweep(rows, costs, latency, handling, posting, fit, str(trace), tl, rss)
+
+
+def _median(values: list[float]) -> float:
+    return max(0.0, statistics.median(values)) if values else 0.0
 

@@ -116,12 +116,12 @@ def plot_bubbles(sweep: BubbleSweep) -> Figure:
     names = list(dict.fromkeys(r.config.name for r in sweep.rows))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), sharey=True,
                              layout="constrained", squeeze=False)
-    latency = f"{sweep.latency * 1e3:.2f} ms"
-    series = (("formula", "closed form", dict(color="black", linestyle="--", marker="x")),
-              ("simulated_latency", f"simulate, latency {latency} (measured)",
-               dict(color="tab:blue", marker="s", markersize=4)),
-              ("replayed", "replay: the trace's durations + latency",
-               dict(color="tab:green", linestyle=":", marker="^", markersize=4)),
+    series = (("formula", "closed form (= simulate, no latency)",
+               dict(color="black", linestyle="--", marker="x")),
+              ("simulated_latency", f"simulate, latency {sweep.latency * 1e3:.2f} ms (measured "
+               "in flight)", dict(color="tab:blue", marker="s", markersize=4)),
+              ("simulated_fitted", f"simulate, latency {sweep.fitted_latency * 1e3:.2f} ms "
+               "(fitted)", dict(color="tab:green", linestyle=":", marker="^", markersize=4)),
               ("measured", "measured from the trace", dict(color=BUBBLE, marker="o",
                                                            linestyle="none", markersize=6)))
     for ax, name in zip(axes[0], names, strict=True):
@@ -139,6 +139,6 @@ def plot_bubbles(sweep: BubbleSweep) -> Figure:
     axes[0, 0].set_ylim(bottom=0)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     t_f, t_b, t_w = (round(c * 1e3, 2) for c in sweep.costs)
-    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize="small")
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(f"The bubble over m: t_f = {t_f} ms, t_b = {t_b} ms, t_w = {t_w} ms per rank")
     return fig
