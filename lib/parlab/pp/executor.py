@@ -250,10 +250,11 @@ def execute(schedule: Schedule, ctx: StageContext, *,
     costs: (t_f, t_b, t_w) in seconds for the rank's whole share; each action then lasts at
     least its cost (computing, then sleeping out the rest) before it posts its send.
 
-    It starts with a barrier so that the ranks' clocks start together: call it once per run.
-    Under TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) point-to-point calls count
-    in the sequence numbers collectives are checked by, and ranks at the ends of a pipeline
-    make fewer of them, so a collective after a schedule reports a false mismatch."""
+    It starts with a barrier so that the ranks' clocks start together. Under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) the launcher sends point-to-point
+    calls through a group of their own (`parlab.comm.route_p2p`): the end stages make fewer of
+    them, which would otherwise put the ranks' collective sequence numbers out of step, so
+    collectives and further schedules may follow (`parlab.pp.measure` runs twelve in a row)."""
     _, _, v, split = shape_of(schedule)
     box = Mailbox(schedule, ctx)
     spans, peak = [], 0
