@@ -35,20 +35,27 @@ The training code is `parlab.compose.train`, the same the notebook and tests run
 Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
 not a terminal). --check also trains the model on one device and exits 1 when a loss of the
 first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE` (on a
-resumed run: the iterations it ran, against the single device's same iterations).
+resumed run: the iterations it ran, against the single device's same iterations). --trace
+PATH profiles every rank (`parlab.timeline.profiled`, CUDA kernels included under NCCL) and
+rank 0 writes one merged Chrome trace there, one row per rank, for Perfetto.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from parlab import timeline
 from parlab.compose import (
     CHECKED_STEPS,
     TOLERANCE,
@@ -109,6 +116,8 @@ def parser() -> argparse.ArgumentParser:
     ours = p.add_argument_group("this course's own")
     ours.add_argument("--cp-layout", default="zigzag", choices=["contiguous", "zigzag"],
                       help="the positions a CP rank holds (Megatron: zigzag)")
+    ours.add_argument("--trace", metavar="PATH", default=None,
+                      help="profile every rank; rank 0 writes one merged Chrome trace to PATH")
     ours.add_argument("--check", action="store_true",
                       help="also train on one device; exit 1 if a loss differs > TOLERANCE")
     return p
@@ -217,6 +226,28 @@ def init_distributed() -> None:
                                 world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
 
 
+@contextlib.contextmanager
+def traced(path: str | None) -> Iterator[None]:
+    """--trace PATH: each rank profiled into its own file; after the run the files travel to
+    rank 0 (gather_object: the ranks may sit on different nodes), which merges them."""
+    if path is None:
+        yield
+        return
+    rank = dist.get_rank()
+    with tempfile.TemporaryDirectory(prefix="parlab-trace-") as tmp:
+        part = Path(tmp) / f"rank{rank}.json"
+        with timeline.profiled(part, cuda=dist.get_backend() == "nccl"):
+            yield
+        parts: list[str | None] | None = [None] * dist.get_world_size() if rank == 0 else None
+        dist.gather_object(part.read_text(), parts, dst=0)
+        if parts is not None:
+            files = [Path(tmp) / f"part{r}.json" for r in range(len(parts))]
+            for file, text in zip(files, parts, strict=True):
+                file.write_text(text or "")
+            timeline.merge(files, path)
+            print(f"trace of {len(files)} ranks: {path}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     init_distributed()
@@ -236,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                        step=args.ckpt_step, log=lambda line: print(line, flush=True))
     start = time.perf_counter()
     bar = progress(args.train_iters, plan.global_batch_size * cfg.seq)
-    losses = train(cfg, plan, args.train_iters, lr=args.lr, checkpoints=ckpt, on_step=bar)
+    with traced(args.trace):
+        losses = train(cfg, plan, args.train_iters, lr=args.lr, checkpoints=ckpt, on_step=bar)
     status = 0
     if dist.get_rank() == 0:
         print(f"trained in {time.perf_counter() - start:.1f} s", flush=True)

@@ -6,6 +6,8 @@
 - `layout`: which tokens each rank holds (contiguous, striped, zigzag), its causal work, and
   when the ring hides its transfers.
 - `measure`: measured overlap and per-rank work on real ranks.
+- `trace`: the ring in a profiler trace, its transfers per step and the share hidden behind
+  compute (`trace_ring`, `plot_ring_trace`).
 """
 
 from parlab.cp.blocks import (
@@ -38,6 +40,7 @@ from parlab.cp.ring import (
     ring_attention_forward,
     shift_right,
 )
+from parlab.cp.trace import RingTrace, plot_ring_trace, trace_ring
 
 __all__ = [
     "block_attention", "block_attention_backward", "merge_partials", "full_attention",
@@ -46,5 +49,5 @@ __all__ = [
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
     "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",
     "measure_overlap",
-    "measure_work", "plot_timelines",
+    "measure_work", "plot_timelines", "RingTrace", "trace_ring", "plot_ring_trace",
 ]

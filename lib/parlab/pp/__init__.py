@@ -8,13 +8,17 @@
 - `model`: the toy model (`make_model`, `make_data`), its single-device `reference`, stages.
 - `executor`: run one rank's actions over send/recv (`execute`) on a small seeded model.
 - `run`: `run_pipeline`, the executor on p ranks compared with one device and the simulator.
-- `plot`: space-time diagrams (`plot_schedule`, `plot_timeline`, `plot_side_by_side`).
+- `measure`: the bubble measured from a profiler trace of real runs, beside the simulator and
+  the closed form (`measure_bubbles`, `trace_result`, `replay`).
+- `plot`: space-time diagrams (`plot_schedule`, `plot_timeline`, `plot_side_by_side`) and the
+  bubble over m (`plot_bubbles`).
 """
 
-from parlab.pp.executor import Mailbox, StageContext, execute, make_context
+from parlab.pp.executor import Mailbox, StageContext, execute, make_context, range_name
+from parlab.pp.measure import BubbleSweep, measure_bubbles, trace_result
 from parlab.pp.model import Layer, build_chunks, make_data, make_model, reference, stage_layers
 from parlab.pp.order import dependencies, run_in_order, validate
-from parlab.pp.plot import COLOURS, plot_schedule, plot_side_by_side, plot_timeline
+from parlab.pp.plot import COLOURS, plot_bubbles, plot_schedule, plot_side_by_side, plot_timeline
 from parlab.pp.run import PipelineRun, measured_result, pipeline_worker, rank_result, run_pipeline
 from parlab.pp.schedules import (
     SCHEDULES,
@@ -50,4 +54,5 @@ __all__ = [
     "make_data", "reference", "stage_layers", "build_chunks", "StageContext", "make_context",
     "Mailbox", "execute", "PipelineRun", "run_pipeline", "pipeline_worker", "rank_result",
     "measured_result", "COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side",
+    "range_name", "BubbleSweep", "measure_bubbles", "trace_result", "plot_bubbles",
 ]

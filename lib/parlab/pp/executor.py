@@ -25,6 +25,11 @@ Timing: each action waits for its input (idle), then runs; with `costs=(t_f, t_b
 seconds (for a rank's whole share, as `parlab.pp.simulator`) it also sleeps until it has lasted
 its cost, which makes the real timeline comparable with `simulate`. Clock: perf_counter,
 shared by the processes of one machine.
+
+Under a profiler (`parlab.launch.run(..., trace=path)`) every action is a range named by
+`range_name`, "F mb3 chunk1" (kind, microbatch, chunk), around its compute and its sleep; the
+wait for its input is "recv F mb3 chunk1" and the hand-over of its output "send F mb3 chunk1
+to rank 2", so a rank's idle time is what lies between its F/B/W ranges.
 """
 
 from __future__ import annotations
@@ -38,12 +43,18 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from parlab.pp.model import build_chunks, make_data, make_model
 from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
 from parlab.pp.simulator import Span, action_cost
 
-__all__ = ["StageContext", "make_context", "Mailbox", "execute"]
+__all__ = ["StageContext", "make_context", "Mailbox", "execute", "range_name"]
+
+
+def range_name(a: Action) -> str:
+    """The profiler range of one action: "F mb3 chunk1" (kind, microbatch, chunk)."""
+    return f"{a.kind} mb{a.microbatch} chunk{a.chunk}"
 
 
 @dataclass
@@ -164,8 +175,12 @@ class Mailbox:
             while self.next_post[src] < len(messages):
                 self._post(src)
 
+    def destination(self, key: tuple) -> int:
+        """The rank that consumes message `key`."""
+        return rank_and_chunk(key[2], self.ctx.p)[0]
+
     def send(self, key: tuple, tensor: Tensor) -> None:
-        dst = rank_and_chunk(key[2], self.ctx.p)[0]
+        dst = self.destination(key)
         if dst == self.ctx.rank:
             self.local[key] = tensor.detach().clone()
             return
@@ -183,11 +198,10 @@ def _receive(a: Action, ctx: StageContext, box: Mailbox) -> Tensor | None:
     s = ctx.stage_index(a.chunk)
     if a.kind == "F" and s == 0:
         return _held(ctx.inputs, "inputs", ctx.rank)[a.microbatch]
-    if a.kind == "F":
-        return box.recv(("F", a.microbatch, s))
-    if a.kind == "B" and not ctx.last(a.chunk):
-        return box.recv(("B", a.microbatch, s))
-    return None
+    if a.kind == "W" or a.kind == "B" and ctx.last(a.chunk):
+        return None
+    with record_function(f"recv {range_name(a)}"):  # waiting here is idle time
+        return box.recv((a.kind, a.microbatch, s))
 
 
 def _compute(a: Action, ctx: StageContext, got: Tensor | None, split: bool) -> Tensor | None:
@@ -236,10 +250,11 @@ def execute(schedule: Schedule, ctx: StageContext, *,
     costs: (t_f, t_b, t_w) in seconds for the rank's whole share; each action then lasts at
     least its cost (computing, then sleeping out the rest) before it posts its send.
 
-    It starts with a barrier so that the ranks' clocks start together: call it once per run.
-    Under TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) point-to-point calls count
-    in the sequence numbers collectives are checked by, and ranks at the ends of a pipeline
-    make fewer of them, so a collective after a schedule reports a false mismatch."""
+    It starts with a barrier so that the ranks' clocks start together. Under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) the launcher sends point-to-point
+    calls through a group of their own (`parlab.comm.route_p2p`): the end stages make fewer of
+    them, which would otherwise put the ranks' collective sequence numbers out of step, so
+    collectives and further schedules may follow (`parlab.pp.measure` runs twelve in a row)."""
     _, _, v, split = shape_of(schedule)
     box = Mailbox(schedule, ctx)
     spans, peak = [], 0
@@ -248,16 +263,19 @@ def execute(schedule: Schedule, ctx: StageContext, *,
     box.post_all()  # after the barrier: see the docstring
     for a in schedule[ctx.rank]:
         got = _receive(a, ctx, box)  # waiting here is idle time, not the action's
-        start = time.perf_counter()
-        out = _compute(a, ctx, got, split)
-        peak = max(peak, len(ctx.saved))
-        if costs is not None:  # the output exists once the cost has passed, not before
-            cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1], t_w=costs[2])
-            time.sleep(max(0.0, start + cost - time.perf_counter()))
-        spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
+        with record_function(range_name(a)):
+            start = time.perf_counter()
+            out = _compute(a, ctx, got, split)
+            peak = max(peak, len(ctx.saved))
+            if costs is not None:  # the output exists once the cost has passed, not before
+                cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1],
+                                   t_w=costs[2])
+                time.sleep(max(0.0, start + cost - time.perf_counter()))
+            spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
         message = box.produces(a, ctx.rank)
         if out is not None and message is not None:
-            box.send(message, out)
+            with record_function(f"send {range_name(a)} to rank {box.destination(message)}"):
+                box.send(message, out)
     for work, _payload in ctx.sends:
         work.wait()
     ctx.sends.clear()

@@ -4,6 +4,8 @@
     plot_timeline(result, ax=None, title=None, unit="")          draw a SimResult (simulated
                                                                  or measured)
     plot_side_by_side(predicted, measured)                       the two, one beside the other
+    plot_bubbles(sweep)                                          measured (from a trace) vs
+                                                                 simulated vs closed form, over m
 
 Forward boxes are green, backward orange, weight-gradient (W) blue; later chunks of an
 interleaved schedule are drawn darker; each box is labelled with its microbatch. Idle time,
@@ -18,10 +20,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from parlab.pp.measure import BubbleSweep
 from parlab.pp.schedules import Schedule
 from parlab.pp.simulator import SimResult, simulate
 
-__all__ = ["COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side"]
+__all__ = ["COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side", "plot_bubbles"]
 
 COLOURS = {"F": "#59a14f", "B": "#f28e2b", "W": "#4e79a7"}
 BUBBLE = "#d62728"
@@ -105,4 +108,37 @@ def plot_side_by_side(predicted: SimResult, measured: SimResult, *, unit: str = 
     left.get_legend().remove()  # one legend, on the right
     if suptitle:
         fig.suptitle(suptitle)
+    return fig
+
+
+def plot_bubbles(sweep: BubbleSweep) -> Figure:
+    """One panel per schedule: the bubble against m, four ways (`parlab.pp.measure`)."""
+    names = list(dict.fromkeys(r.config.name for r in sweep.rows))
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), sharey=True,
+                             layout="constrained", squeeze=False)
+    series = (("formula", "closed form (= simulate, no latency)",
+               dict(color="black", linestyle="--", marker="x")),
+              ("simulated_latency", f"simulate, latency {sweep.latency * 1e3:.2f} ms (measured "
+               "in flight)", dict(color="tab:blue", marker="s", markersize=4)),
+              ("simulated_fitted", f"simulate, latency {sweep.fitted_latency * 1e3:.2f} ms "
+               "(fitted)", dict(color="tab:green", linestyle=":", marker="^", markersize=4)),
+              ("measured", "measured from the trace", dict(color=BUBBLE, marker="o",
+                                                           linestyle="none", markersize=6)))
+    for ax, name in zip(axes[0], names, strict=True):
+        rows = sorted((r for r in sweep.rows if r.config.name == name), key=lambda r: r.config.m)
+        ms = [r.config.m for r in rows]
+        for key, label, style in series:
+            ax.plot(ms, [100 * getattr(r, key) for r in rows], label=label, **style)
+        v = rows[0].config.v
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ms, [str(m) for m in ms])
+        ax.set_xlabel("micro-batches m")
+        ax.set_title(f"{name}, p = {rows[0].config.p}" + (f", v = {v}" if v > 1 else ""))
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("bubble: idle share of the step (%)")
+    axes[0, 0].set_ylim(bottom=0)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    t_f, t_b, t_w = (round(c * 1e3, 2) for c in sweep.costs)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
+    fig.suptitle(f"The bubble over m: t_f = {t_f} ms, t_b = {t_b} ms, t_w = {t_w} ms per rank")
     return fig

@@ -14,6 +14,7 @@ where only the order of the additions differs (~1e-16 relative).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -91,11 +92,14 @@ def measured_result(spans: list[list[Span]], schedule: Schedule) -> SimResult:
 def run_pipeline(schedule: Schedule, *, costs: tuple[float, float, float] | None = None,
                  n_layers: int = 8, width: int = 16, batch: int = 16, seed: int = 0,
                  dtype: torch.dtype = torch.float64, layers_of: Callable | None = None,
-                 backend: str = "gloo", timeout: float = 60.0) -> PipelineRun:
+                 backend: str = "gloo", timeout: float = 60.0,
+                 trace: str | os.PathLike | None = None) -> PipelineRun:
     """Run `schedule` on len(schedule) ranks; see the module docstring.
 
     costs: (t_f, t_b, t_w) seconds for a rank's whole share of layers, as in simulate; each
     action then sleeps until it has lasted its cost, so the timeline can be predicted.
+    trace: a path for the run's merged profiler trace (`parlab.launch.run(..., trace=)`):
+    one row per rank, each action a range named "F mb3 chunk1" (`parlab.pp.range_name`).
     backend: gloo with CPU tensors, also on a GPU box. The executor posts its receives ahead
     of its sends; NCCL runs a pair's sends and receives on one stream, where a receive posted
     early would hold up the sends behind it (not tried: NCCL needs a GPU per rank)."""
@@ -104,7 +108,7 @@ def run_pipeline(schedule: Schedule, *, costs: tuple[float, float, float] | None
     options = {"n_layers": n_layers, "width": width, "batch": batch, "seed": seed,
                "dtype": dtype}
     results = launch.run(pipeline_worker, p, schedule, costs, options, layers_of,
-                         backend=backend, timeout=timeout)
+                         backend=backend, timeout=timeout, trace=trace)
     grads: dict[str, Tensor] = {}
     for res in results:
         grads.update(res["grads"])
