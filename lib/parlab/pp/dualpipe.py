@@ -98,25 +98,21 @@ def _check(p: int, m: int) -> None:
 
 
 def _build(r: int, p: int, m: int) -> _Rank:
+    """Rank r's eight phases (module docstring), in DualPipeV.step's order."""
     k = _Rank()
-    phases = [
-        lambda: [k.f(0) for _ in range(2 * (p - r - 1))],
-        lambda: [(k.f(0), k.f(1)) for _ in range(r + 1)],
-        lambda: [(k.b(1, split=True), k.w(), k.f(1)) for _ in range(p - r - 1)],
-        lambda: _steady(k, r, p, m),
-        lambda: [(k.b(1, split=False), k.fb(1, 0)) for _ in range(p - r - 1)],
-        lambda: [k.b(c, split=j >= r + 1) for j, c in enumerate([1, 0] * (r + 1))],
-        lambda: [(k.w(), k.b(0, split=True)) for _ in range(p - r - 1)],
-        lambda: [k.w() for _ in range(r + 1)],
-    ]
-    for number, phase in enumerate(phases, start=1):
-        k.phase = number
-        phase()
-    assert not k.waiting, "every split backward's W runs"
-    return k
-
-
-def _steady(k: _Rank, r: int, p: int, m: int) -> None:
+    k.phase = 1
+    for _ in range(2 * (p - r - 1)):
+        k.f(0)
+    k.phase = 2
+    for _ in range(r + 1):
+        k.f(0)
+        k.f(1)
+    k.phase = 3
+    for _ in range(p - r - 1):
+        k.b(1, split=True)
+        k.w()  # the W of the B1 just run: the queue held nothing else
+        k.f(1)
+    k.phase = 4
     for i in range(m - 2 * p + r + 1):
         if i == 0 and r == p - 1:  # DualPipeV leaves this pair unoverlapped (less bubble)
             k.f(0)
@@ -124,6 +120,22 @@ def _steady(k: _Rank, r: int, p: int, m: int) -> None:
         else:
             k.fb(0, 1)
         k.fb(1, 0)
+    k.phase = 5
+    for _ in range(p - r - 1):
+        k.b(1, split=False)
+        k.fb(1, 0)
+    k.phase = 6
+    for j in range(2 * (r + 1)):  # B1 B0 B1 B0 ...: the first r + 1 full, the rest split
+        k.b(1 - j % 2, split=j >= r + 1)
+    k.phase = 7
+    for _ in range(p - r - 1):
+        k.w()
+        k.b(0, split=True)
+    k.phase = 8
+    for _ in range(r + 1):
+        k.w()
+    assert not k.waiting, "every split backward's W runs"
+    return k
 
 
 def dualpipe_v_rank(rank: int, p: int, m: int) -> list[Action]:

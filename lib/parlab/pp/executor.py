@@ -2,8 +2,9 @@ r"""Run any valid pipeline schedule on real ranks, over point-to-point messages.
 
 The model (`parlab.pp.model`) is a stack of `n_layers` small layers (Linear + tanh, `width`
 wide), split into $p \cdot v$ stages of equal size; rank r holds stages r, r + p, ... (its
-chunks, looped placement), or r and 2p - 1 - r (placement "v", DualPipe-V: stages p - 1 and p
-both on rank p - 1 hand over without a message). The batch (B, width) is split into m microbatches of B/m rows.
+chunks, looped placement), or r and 2p - 1 - r (placement "v", DualPipe-V: stages p - 1
+and p both on rank p - 1 hand over without a message).
+The batch (B, width) is split into m microbatches of B/m rows.
 Per action:
 
     F(i, s): x = microbatch i (s = 0) or recv from stage s-1;  y = stage(x)

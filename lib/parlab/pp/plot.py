@@ -50,7 +50,8 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
     p, end = len(result.spans), result.makespan * scale
     ax.barh(range(p), [end] * p, left=0, height=0.8, color="none", edgecolor=BUBBLE,
             hatch="///", linewidth=0, alpha=0.5)
-    kinds, fused = set(), False
+    kinds: set[str] = set()
+    fused = False
     for r, row in enumerate(result.spans):
         groups: dict[tuple, list] = {}
         together: dict[tuple[float, float], list[Span]] = {}

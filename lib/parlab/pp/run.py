@@ -22,9 +22,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from parlab import comm, launch
+from parlab.pp.actions import Schedule, placement_of
 from parlab.pp.executor import StageContext, execute, make_context
 from parlab.pp.model import make_data, make_model, reference
-from parlab.pp.actions import Schedule, placement_of
 from parlab.pp.order import validate
 from parlab.pp.schedules import shape_of
 from parlab.pp.simulator import SimResult, Span, simulate, timeline_stats

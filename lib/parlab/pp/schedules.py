@@ -145,9 +145,9 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
 
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
     """One list of actions per rank for schedule `name` with p ranks, m microbatches, v chunks."""
-    for label, value in (("p", p), ("m", m), ("v", v)):
+    for what, value in (("p", p), ("m", m), ("v", v)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
+            raise ValueError(f"{what} must be an int >= 1, got {value!r}")
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
     if name == "interleaved_1f1b":
