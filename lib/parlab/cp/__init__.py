@@ -6,6 +6,10 @@
 - `layout`: which tokens each rank holds (contiguous, striped, zigzag), its causal work, and
   when the ring hides its transfers.
 - `measure`: measured overlap and per-rank work on real ranks.
+- `ulysses`: Ulysses (DeepSpeed-Ulysses): an all-to-all from sequence shards to head shards,
+  attention over the whole sequence, an all-to-all back (`seq_to_heads`, `heads_to_seq`,
+  `ulysses_attention`); `check_heads` enforces the cap at the head count.
+- `compare`: ring against Ulysses, bytes and exposed time per layer (`attention_comm`).
 """
 
 from parlab.cp.blocks import (
@@ -29,6 +33,7 @@ from parlab.cp.layout import (
     step_work,
 )
 from parlab.cp.measure import measure_overlap, measure_work, plot_timelines
+from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
 from parlab.cp.ring import (
     RingAttention,
     Transfer,
@@ -38,6 +43,14 @@ from parlab.cp.ring import (
     ring_attention_forward,
     shift_right,
 )
+from parlab.cp.ulysses import (
+    UlyssesAttention,
+    check_heads,
+    heads_to_seq,
+    seq_to_heads,
+    ulysses_attention,
+    ulysses_attention_forward,
+)
 
 __all__ = [
     "block_attention", "block_attention_backward", "merge_partials", "full_attention",
@@ -46,5 +59,7 @@ __all__ = [
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
     "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",
     "measure_overlap",
-    "measure_work", "plot_timelines",
+    "measure_work", "plot_timelines", "check_heads", "seq_to_heads", "heads_to_seq",
+    "UlyssesAttention", "ulysses_attention", "ulysses_attention_forward", "CP_KINDS",
+    "attention_comm", "ring_bytes_per_layer",
 ]
