@@ -20,6 +20,7 @@ from parlab.cp.blocks import (
     full_attention,
     merge_partials,
 )
+from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
 from parlab.cp.layout import (
     LAYOUTS,
     block_backward_flops,
@@ -33,7 +34,6 @@ from parlab.cp.layout import (
     step_work,
 )
 from parlab.cp.measure import measure_overlap, measure_work, plot_timelines
-from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
 from parlab.cp.ring import (
     RingAttention,
     Transfer,
