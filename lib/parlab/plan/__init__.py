@@ -1,7 +1,9 @@
 """A parallelism planner: every DP × TP × PP (× CP × EP) shape of a cluster, priced and ranked.
 
 - `types`: what the planner is given (`Model`, `Cluster`) and returns (`Plan`).
-- `costs`: memory per GPU, bytes per axis and link, stage imbalance.
+- `costs`: memory per GPU, bytes per axis and link, stage imbalance; the exposed time of CP
+  (ring attention or Ulysses, `CP_KINDS`) and the bubble of each schedule (1F1B or
+  DualPipe-V, `SCHEDULES`).
 - `presets`: the course's practice problems and published runs.
 - `planner`: `plan`, `best`, `evaluate`, `table`.
 - `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
@@ -10,8 +12,10 @@
 """
 
 from parlab.plan.costs import (
+    CP_KINDS,
     DP_GROUP,
     RECOMPUTE,
+    SCHEDULES,
     activation_memory,
     axis_bytes,
     nodes_spanned,
@@ -27,6 +31,7 @@ from parlab.plan.presets import (
     H100_32,
     H100_512,
     LLAMA3_405B,
+    LLAMA3_405B_LONG,
     LLAMA3_CLUSTER,
     MEGATRON_1T,
     MEGATRON_CLUSTER,
@@ -34,6 +39,7 @@ from parlab.plan.presets import (
     PRACTICE_70B,
     PRESETS,
     PUBLISHED,
+    PUBLISHED_VARIANTS,
     SEED_70B,
 )
 from parlab.plan.tables import (
@@ -43,6 +49,8 @@ from parlab.plan.tables import (
     placement_table,
     plans_table,
     published_table,
+    variant_plans,
+    variants_table,
 )
 from parlab.plan.topology import AXIS_COLOURS, draw_plan, shown_nodes
 from parlab.plan.types import ACHIEVABLE, AxisTraffic, Cluster, Model, Plan, Shape
@@ -52,7 +60,9 @@ __all__ = [
     "stage_layers", "stage_params", "state_memory", "activation_memory", "axis_bytes",
     "stage_imbalance", "PRACTICE_70B", "SEED_70B", "H100_32", "MODEL_512", "H100_512",
     "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
-    "DEEPSEEK_CLUSTER", "PRESETS", "evaluate", "plan", "best", "table", "STRATEGIES",
+    "DEEPSEEK_CLUSTER", "PRESETS", "PUBLISHED_VARIANTS", "LLAMA3_405B_LONG", "CP_KINDS",
+    "SCHEDULES", "evaluate", "plan", "best", "table", "STRATEGIES",
     "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
     "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
+    "variant_plans", "variants_table",
 ]
