@@ -60,24 +60,3 @@ def test_plots_are_labelled():
                 for name, w in widgets_cp.work_summary(4, 64)["per_rank"].items()}
     fig = widgets_cp.plot_measured_work(measured)
     assert "Measured" in fig.axes[0].get_title()
-
-
-def test_ring_against_ulysses_figure():
-    # computed by parlab.cp.attention_comm, whose closed forms tests/test_cp_ulysses.py checks;
-    # here: the figure is labelled, one panel per link, and the numbers it draws are those
-    import matplotlib
-
-    from parlab.widgets import cp as widgets_cp
-
-    matplotlib.use("Agg")
-    fig = widgets_cp.plot_ring_vs_ulysses(heads=64, head_dim=128, world_size=8, kv_heads=8,
-                                          seqs=[8192, 65536])
-    assert len(fig.axes) == 2 and "NVLink" in fig.axes[0].get_title()
-    assert "exposed" in fig.axes[0].get_ylabel() and "sequence length" in fig.axes[1].get_xlabel()
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert labels == ["ring (MHA)", "Ulysses (MHA)", "ring (GQA, 8 K/V heads)",
-                      "Ulysses (GQA, 8 K/V heads)"]
-    got = widgets_cp.ring_vs_ulysses([8192], heads=64, head_dim=128, world_size=8,
-                                     bandwidth=450e9)
-    line = fig.axes[0].get_lines()[1]  # Ulysses, MHA, NVLink
-    assert line.get_ydata()[0] == got["ulysses"][0] * 1e3
