@@ -53,10 +53,10 @@ def check_heads(heads: int, c: int, *, kv_heads: int | None = None, what: str = 
     for name, h in (("query heads", heads), ("key/value heads", kv_heads)):
         if h is not None and h % c:
             raise ValueError(
-                f"{what} gives each of the c = {c} ranks H/c whole heads, but there are {h} "
-                f"{name}, not a multiple of {c}: Ulysses caps at the head count (under TP, "
-                "at the heads one TP rank holds). Use a degree dividing it, or ring attention "
-                "for the rest of the sequence split")
+                f"{what} gives each of its {c} ranks an equal share of whole heads, but there "
+                f"are {h} {name}, not a multiple of {c}: Ulysses caps at the head count "
+                "(under TP, at the heads one TP rank holds). Use a degree dividing it, or ring "
+                "attention for the rest of the sequence split")
 
 
 def _world(group: Any) -> int:

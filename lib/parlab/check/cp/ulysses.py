@@ -69,7 +69,8 @@ def _guard(rank: int, where: str) -> Callable[[str, Any], None]:
     return hear
 
 
-def _call(fn: Callable, x: Tensor, name: str, rank: int) -> tuple[Any, list[float]]:
+def _call(fn: Callable, x: Tensor, name: str, rank: int, *, shape_hint: str = ONE_A2A
+          ) -> tuple[Any, list[float]]:
     """Call a reshuffle under the guard; return its result and the bytes of each call."""
     from parlab import comm
 
@@ -78,7 +79,7 @@ def _call(fn: Callable, x: Tensor, name: str, rank: int) -> tuple[Any, list[floa
         comm.add_listener(hear := _guard(rank, where))
         try:
             got = call_learner(where, fn, x, refuse=REFUSED, refusal=REFUSAL,
-                               shape_hint=ONE_A2A)
+                               shape_hint=shape_hint)
         finally:
             comm.remove_listener(hear)
     assert_unchanged(kept, x, name=f"the input of {name}", rank=rank,
@@ -94,7 +95,9 @@ def _reshuffle_worker(fn_s: Callable, fn_h: Callable) -> dict:
     heads = x[:, rank * H // world:(rank + 1) * H // world].contiguous()  # (B, H/W, T, D)
     try:
         s_out, s_bytes = _call(fn_s, mine, "seq_to_heads", rank)
+        _early_shape(s_out, heads, world, "seq_to_heads", rank)
         h_out, h_bytes = _call(fn_h, heads, "heads_to_seq", rank)
+        _early_shape(h_out, mine, world, "heads_to_seq", rank)
     except Exception as exc:
         _buffer_hint(exc, rank)
         raise
@@ -102,9 +105,21 @@ def _reshuffle_worker(fn_s: Callable, fn_h: Callable) -> dict:
             "sent": (mine.numel() * 8, heads.numel() * 8)}
 
 
+_GLOO_BUFFERS = ("raised ValueError: Invalid usage of tensors with different dtypes",
+                 "in->size == out->size", "Tensors must be contiguous")
+
+
+def _early_shape(got: Any, want: Tensor, world: int, name: str, rank: int) -> None:
+    """In the rank, before anything else runs on a wrong shape: what was expected."""
+    if not isinstance(got, Tensor) or got.shape != want.shape:
+        shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+        fail(f"{name} on {world} ranks returned {shape}, expected {tuple(want.shape)}",
+             rank=rank, hint=_shape_hint(got, tuple(want.shape), world, name))
+
+
 def _buffer_hint(exc: Exception, rank: int) -> None:
     text = str(exc)
-    if "different dtypes" in text or "in->size == out->size" in text or "contiguous" in text:
+    if any(s in text for s in _GLOO_BUFFERS):
         fail(f"all_to_all_single refused its buffers: {text.splitlines()[0][:160]}",
              rank=rank, hint=BUFFERS)
 
@@ -116,6 +131,12 @@ def _tensor(world: int, seed: int, heads: int = H) -> Tensor:
 
 def _shape_hint(got: Any, want: tuple[int, ...], world: int, name: str) -> str:
     shape = tuple(got.shape) if isinstance(got, Tensor) else None
+    for other in (2, 3, 4):
+        as_if = ((B, H // other, other * N, D) if name == "seq_to_heads" else
+                 (B, other * (H // world), world * N // other, D))
+        if other != world and shape == as_if:
+            return (f"those are the shapes of {other} ranks, not {world}: read W from "
+                    "dist.get_world_size(), never a number")
     if shape == (B, H, world * N, D // world) or shape == (B, H, N, D * world):
         return ("the all-to-all split the head size D (dimension 3), not the heads: a head's "
                 "scores need all D of its features, so split dimension 1 (the heads) into W "
@@ -185,8 +206,11 @@ def _attention(fn_s: Callable, fn_h: Callable, causal: bool) -> dict:
     pos = torch.arange(world * N)
     rows = slice(rank * N, (rank + 1) * N)
     mine = [x[..., rows, :].contiguous() for x in (q, k, v, dout)]
+    fewer = (f"k and v have {world} heads here (grouped-query attention), fewer than q's {H}: "
+             "read H from x.shape[1], and split whatever heads the tensor has")
     with torch.no_grad():
-        qh, kh, vh = (_call(fn_s, x, "seq_to_heads", rank)[0] for x in mine[:3])
+        qh = _call(fn_s, mine[0], "seq_to_heads", rank)[0]
+        kh, vh = (_call(fn_s, x, "seq_to_heads", rank, shape_hint=fewer)[0] for x in mine[1:3])
     leaves = [t.detach().clone().requires_grad_() for t in (qh, kh, vh)]
     g = qh.shape[1] // max(1, kh.shape[1])
     out_h = reference(leaves[0], leaves[1].repeat_interleave(g, 1),
