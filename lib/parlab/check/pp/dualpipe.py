@@ -57,7 +57,8 @@ PHASE_HINTS = {
     6: "phase 6 is r + 1 times B1 then B0; the first r + 1 of these 2(r + 1) backwards are "
        "full (W at once), the last r + 1 split (W queued)",
     7: "phase 7 is p - r - 1 times: the W at the front of the queue, then B0 split",
-    8: "phase 8 is the r + 1 W's left in the queue, oldest first",
+    8: "phase 8 is the r + 1 W's left in the queue, each the W at the front of the queue "
+       "(the oldest)",
 }
 LOOPED = ("that is the looped placement, c p + r: under the V the microbatch comes back up "
           "the ranks, so rank r's chunk 1 is stage 2p - 1 - r (rank 0 holds the first and the "
