@@ -23,6 +23,7 @@ from parlab.plan.costs import (
     stage_layers,
     stage_params,
     state_memory,
+    tp_heads,
 )
 from parlab.plan.planner import STRATEGIES, best, evaluate, peak_seconds, plan, table
 from parlab.plan.presets import (
@@ -61,7 +62,7 @@ __all__ = [
     "stage_imbalance", "PRACTICE_70B", "SEED_70B", "H100_32", "MODEL_512", "H100_512",
     "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
     "DEEPSEEK_CLUSTER", "PRESETS", "PUBLISHED_VARIANTS", "LLAMA3_405B_LONG", "CP_KINDS",
-    "SCHEDULES", "evaluate", "plan", "best", "table", "STRATEGIES",
+    "SCHEDULES", "tp_heads", "evaluate", "plan", "best", "table", "STRATEGIES",
     "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
     "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
     "variant_plans", "variants_table",
