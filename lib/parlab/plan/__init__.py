@@ -5,7 +5,7 @@
   (ring attention or Ulysses, `CP_KINDS`) and the bubble of each schedule (1F1B or
   DualPipe-V, `SCHEDULES`).
 - `presets`: the course's practice problems and published runs.
-- `planner`: `plan`, `best`, `evaluate`, `table`.
+- `planner`: `plan`, `best`, `evaluate`, `table`; `timing`: a plan's step, part by part.
 - `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
 - `tables`: module 07's tables as Markdown (`axis_table`, `placement_table`, `plans_table`,
   `published_table`).

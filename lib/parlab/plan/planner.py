@@ -59,11 +59,7 @@ from parlab.plan.costs import (
     SCHEDULES,
     activation_memory,
     axis_bytes,
-    bubble_seconds,
-    cp_seconds,
     nodes_spanned,
-    pair_hidden_share,
-    stage_imbalance,
     stage_layers,
     state_memory,
     tp_heads,
@@ -82,6 +78,7 @@ from parlab.plan.presets import (
     PRESETS,
     SEED_70B,
 )
+from parlab.plan.timing import peak_seconds, step_times
 from parlab.plan.types import AxisTraffic, Cluster, Model, Plan, Shape
 
 __all__ = ["Model", "Cluster", "AxisTraffic", "Plan", "evaluate", "plan", "best", "table",
@@ -95,7 +92,6 @@ zero2 is left out: with gradient accumulation it reduce-scatters every micro-bat
 to m times zero1's bytes to save only the gradients' share of the state, and the step-time
 model, which lets the whole step hide that traffic, would rank it level with zero1. Pass
 `strategies=` to include it."""
-_WINDOW = {"ddp": 2 / 3, "zero1": 1.0}  # share of one micro-batch's compute that hides DP
 _AXIS_GROUPS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "pp": ("pp",), "dp": DP_GROUP}
 
 
@@ -162,40 +158,6 @@ def _traffic(cluster: Cluster, s: Shape, nbytes: dict[str, float]) -> tuple[Axis
     return tuple(out)
 
 
-def peak_seconds(model: Model, cluster: Cluster, tokens: float) -> float:
-    """Seconds a step's 6·N_act FLOPs per token take on every GPU at peak FLOP/s."""
-    return 6 * model.active_params * tokens / (cluster.gpus * cluster.flops)
-
-
-def _times(model: Model, cluster: Cluster, s: Shape, traffic: tuple[AxisTraffic, ...], *,
-           strategy: str, recompute: str, tokens: float, m: int, micro_batch: int = 1,
-           cp_kind: str = "ring", schedule: str = "1f1b") -> tuple[dict[str, float], float]:
-    useful = peak_seconds(model, cluster, tokens) / cluster.achievable
-    compute = useful * (8 / 6 if recompute == "full" else 1.0) * stage_imbalance(model, s.pp)
-    times = {"compute useful": useful, "compute overhead": compute - useful}
-    for t in traffic:
-        if t.axis != "dp":
-            times[f"{t.axis.upper()} comms"] = t.seconds
-    cp = next((t for t in traffic if t.axis == "cp"), None)
-    if cp is not None:
-        times["CP comms"] = cp_seconds(model, cluster, s, cp_kind=cp_kind,
-                                       micro_batch=micro_batch, microbatches=m,
-                                       bandwidth=cp.bandwidth)
-    overlapped = sum(times.get(k, 0.0) for k in ("EP comms", "CP comms"))
-    if overlapped and schedule == "dualpipe_v":  # pairs hide it under the other chunk's work
-        keep = 1 - pair_hidden_share(s.pp, m, schedule) * min(1.0, compute / overlapped)
-        for k in ("EP comms", "CP comms"):
-            if k in times:
-                times[k] *= keep
-    busy = sum(times.values())
-    times["PP bubble"] = bubble_seconds(busy, s.pp, m, schedule)
-    bubble = times["PP bubble"] / (busy + times["PP bubble"])
-    window = compute * (_WINDOW[strategy] / m if strategy in _WINDOW else 1.0)
-    dp = next(t for t in traffic if t.axis == "dp")
-    times["DP exposed"] = max(0.0, dp.seconds - window)
-    return times, bubble
-
-
 def _gb(x: float) -> str:
     return f"{x / 1e9:,.1f} GB"
 
@@ -246,7 +208,7 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
     nbytes = axis_bytes(model, s, strategy=strategy, micro_batch=micro_batch, microbatches=m,
                         cp_kind=cp_kind)
     traffic = _traffic(cluster, s, nbytes)
-    times, bubble = _times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
+    times, bubble = step_times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
                            tokens=global_batch * model.seq, m=m, micro_batch=micro_batch,
                            cp_kind=cp_kind, schedule=schedule)
     capacity = usable * cluster.memory
