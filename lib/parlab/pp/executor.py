@@ -2,7 +2,9 @@ r"""Run any valid pipeline schedule on real ranks, over point-to-point messages.
 
 The model (`parlab.pp.model`) is a stack of `n_layers` small layers (Linear + tanh, `width`
 wide), split into $p \cdot v$ stages of equal size; rank r holds stages r, r + p, ... (its
-chunks, looped placement). The batch (B, width) is split into m microbatches of B/m rows.
+chunks, looped placement), or r and 2p - 1 - r (placement "v", DualPipe-V: stages p - 1
+and p both on rank p - 1 hand over without a message).
+The batch (B, width) is split into m microbatches of B/m rows.
 Per action:
 
     F(i, s): x = microbatch i (s = 0) or recv from stage s-1;  y = stage(x)
@@ -45,8 +47,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from parlab.pp.actions import Action, Schedule, placed_rank, placed_stage
 from parlab.pp.model import build_chunks, make_data, make_model
-from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
+from parlab.pp.schedules import shape_of
 from parlab.pp.simulator import Span, action_cost
 
 __all__ = ["StageContext", "make_context", "Mailbox", "execute", "range_name"]
@@ -75,9 +78,14 @@ class StageContext:
     saved: dict = field(default_factory=dict)  # (microbatch[, chunk]) -> what B and W need
     losses: list = field(default_factory=list)  # each microbatch's loss / m (last stage)
     sends: list = field(default_factory=list)  # pending isend handles, waited at the end
+    placement: str = "looped"  # or "v" (DualPipe-V): where this rank's chunks sit
 
     def stage_index(self, chunk: int = 0) -> int:
-        return chunk * self.p + self.rank
+        return placed_stage(self.rank, chunk, self.p, self.placement)
+
+    def owner(self, stage: int) -> int:
+        """The rank holding `stage`."""
+        return placed_rank(stage, self.p, self.placement)[0]
 
     def first(self, chunk: int = 0) -> bool:
         return self.stage_index(chunk) == 0
@@ -108,18 +116,20 @@ class StageContext:
 
 def make_context(p: int, m: int, v: int, *, n_layers: int = 8, width: int = 16,
                  batch: int = 16, seed: int = 0, dtype: torch.dtype = torch.float64,
-                 layers_of: Callable | None = None) -> tuple[StageContext, list[list[int]]]:
+                 layers_of: Callable | None = None,
+                 placement: str = "looped") -> tuple[StageContext, list[list[int]]]:
     """In a rank: build this rank's chunks and data from the seeded model."""
     rank = dist.get_rank()
     if batch % m:
         raise ValueError(f"batch {batch} does not split into {m} microbatches")
     model = make_model(n_layers, width, seed=seed, dtype=dtype)
     x, y = make_data(batch, width, seed=seed, dtype=dtype)
-    chunks, index = build_chunks(model, rank, p, v, layers_of)
-    ctx = StageContext(rank, p, m, v, chunks, None, None, (batch // m, width), dtype)
-    if rank == 0:
+    chunks, index = build_chunks(model, rank, p, v, layers_of, placement=placement)
+    ctx = StageContext(rank, p, m, v, chunks, None, None, (batch // m, width), dtype,
+                       placement=placement)
+    if rank == ctx.owner(0):
         ctx.inputs = list(x.chunk(m))
-    if rank == (p * v - 1) % p:
+    if rank == ctx.owner(p * v - 1):
         ctx.targets = list(y.chunk(m))
     return ctx, index
 
@@ -132,20 +142,21 @@ class Mailbox:
     order on each pair of ranks, so tensors match without tags."""
 
     def __init__(self, schedule: Schedule, ctx: StageContext) -> None:
-        self.ctx, p = ctx, ctx.p
+        self.ctx = ctx
         self.order: dict[int, list[tuple]] = {}  # sender -> messages to me, in its order
         for q, actions in enumerate(schedule):
             for a in actions:
                 out = self.produces(a, q)
-                if out is not None and rank_and_chunk(out[2], p)[0] == ctx.rank and q != ctx.rank:
+                if out is not None and ctx.owner(out[2]) == ctx.rank and q != ctx.rank:
                     self.order.setdefault(q, []).append(out)
         self.next_post = dict.fromkeys(self.order, 0)  # per sender: first message not posted
         self.posted: dict[tuple, tuple[Any, Tensor]] = {}
-        self.local: dict[tuple, Tensor] = {}  # p = 1: stages hand over within the rank
+        self.local: dict[tuple, Tensor] = {}  # stages that hand over within the rank
 
     def produces(self, a: Action, rank: int) -> tuple | None:
         """The message an action sends, named by its consumer, or None."""
-        s, last = a.chunk * self.ctx.p + rank, self.ctx.p * self.ctx.v - 1
+        s = placed_stage(rank, a.chunk, self.ctx.p, self.ctx.placement)
+        last = self.ctx.p * self.ctx.v - 1
         if a.kind == "F" and s < last:
             return ("F", a.microbatch, s + 1)
         if a.kind == "B" and s > 0:
@@ -155,7 +166,7 @@ class Mailbox:
     def recv(self, key: tuple) -> Tensor:
         if key in self.local:
             return self.local.pop(key)
-        src = rank_and_chunk(key[2] - 1 if key[0] == "F" else key[2] + 1, self.ctx.p)[0]
+        src = self.ctx.owner(key[2] - 1 if key[0] == "F" else key[2] + 1)
         while key not in self.posted:  # post every earlier message from src first
             self._post(src)
         work, buf = self.posted.pop(key)
@@ -177,7 +188,7 @@ class Mailbox:
 
     def destination(self, key: tuple) -> int:
         """The rank that consumes message `key`."""
-        return rank_and_chunk(key[2], self.ctx.p)[0]
+        return self.ctx.owner(key[2])
 
     def send(self, key: tuple, tensor: Tensor) -> None:
         dst = self.destination(key)

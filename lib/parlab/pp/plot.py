@@ -9,7 +9,9 @@
 
 Forward boxes are green, backward orange, weight-gradient (W) blue; later chunks of an
 interleaved schedule are drawn darker; each box is labelled with its microbatch. Idle time,
-the bubble, is the hatched red behind the boxes.
+the bubble, is the hatched red behind the boxes. An overlapped F&B unit (DualPipe-V simulated
+with `t_fb`) is one box with a black border: its forward in the top half, its backward (B,
+then W) in the bottom half.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from matplotlib import colors as mcolors
 from matplotlib import pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
+from parlab.pp.actions import Schedule
 from parlab.pp.measure import BubbleSweep
-from parlab.pp.schedules import Schedule
-from parlab.pp.simulator import SimResult, simulate
+from parlab.pp.simulator import SimResult, Span, simulate
 
 __all__ = ["COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side", "plot_bubbles"]
 
@@ -51,10 +53,18 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
     p, end = len(result.spans), result.makespan * scale
     ax.barh(range(p), [end] * p, left=0, height=0.8, color="none", edgecolor=BUBBLE,
             hatch="///", linewidth=0, alpha=0.5)
-    kinds = set()
+    kinds: set[str] = set()
+    fused = False
     for r, row in enumerate(result.spans):
         groups: dict[tuple, list] = {}
+        together: dict[tuple[float, float], list[Span]] = {}
         for s in row:
+            together.setdefault((s.start, s.end), []).append(s)
+        for pair in (u for u in together.values() if _is_unit(u)):
+            _draw_unit(ax, r, pair, result, scale)
+            kinds.update(s.action.kind for s in pair)
+            fused = True
+        for s in (s for u in together.values() if not _is_unit(u) for s in u):
             kinds.add(s.action.kind)
             groups.setdefault((s.action.kind, s.action.chunk), []).append(
                 (s.start * scale, (s.end - s.start) * scale))
@@ -76,6 +86,9 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
     if result.v > 1:
         handles.append(Patch(color=_shade(COLOURS["F"], result.v - 1, result.v),
                              label=f"darker: later chunks (v = {result.v})"))
+    if fused:
+        handles.append(Patch(facecolor="white", edgecolor="black",
+                             label="F&B: forward (top) and backward (bottom) overlapped"))
     handles.append(Patch(facecolor="white", edgecolor=BUBBLE, hatch="///",
                          label=f"bubble {result.bubble_fraction:.1%}"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
@@ -86,11 +99,39 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
     return fig
 
 
+def _is_unit(spans: list[Span]) -> bool:
+    """Several actions over one interval, a forward among them: an overlapped F&B unit."""
+    return (len(spans) > 1 and spans[0].end > spans[0].start
+            and any(s.action.kind == "F" for s in spans))
+
+
+def _draw_unit(ax: Axes, r: int, unit: list[Span], result: SimResult, scale: float) -> None:
+    """One overlapped unit: F on the top half, the backward's B and W share the bottom half in
+    the ratio of their costs; a black border around it."""
+    start, width = unit[0].start * scale, (unit[0].end - unit[0].start) * scale
+    t_b, t_w = result.costs.get("t_b", 1.0), result.costs.get("t_w", 0.0)
+    left = start
+    for s in unit:
+        a = s.action
+        colour = _shade(COLOURS[a.kind], a.chunk, result.v)
+        if a.kind == "F":
+            ax.broken_barh([(start, width)], (r - 0.4, 0.4), facecolors=colour,
+                           edgecolor="white", linewidth=0.5)
+            continue
+        share = (t_b if a.kind == "B" else t_w) / ((t_b + t_w) or 1.0)
+        ax.broken_barh([(left, width * share)], (r, 0.4), facecolors=colour,
+                       edgecolor="white", linewidth=0.5)
+        left += width * share
+    ax.add_patch(Rectangle((start, r - 0.4), width, 0.8, fill=False, edgecolor="black",
+                           linewidth=0.8))
+
+
 def plot_schedule(schedule: Schedule, t_f: float = 1.0, t_b: float = 2.0, t_w: float = 0.0,
                   *, latency: float = 0.0, ax: Axes | None = None,
-                  title: str | None = None) -> Figure:
+                  title: str | None = None, t_fb: float | None = None) -> Figure:
     """Simulate `schedule` with these costs and draw it."""
-    return plot_timeline(simulate(schedule, t_f, t_b, t_w, latency=latency), ax, title=title)
+    return plot_timeline(simulate(schedule, t_f, t_b, t_w, latency=latency, t_fb=t_fb), ax,
+                         title=title)
 
 
 def plot_side_by_side(predicted: SimResult, measured: SimResult, *, unit: str = "ms",
