@@ -36,11 +36,21 @@ from parlab.cp.blocks import (
     empty_partial,
     merge_partials,
 )
+from parlab.cp.fused import fused_attention, fused_attention_backward
 
 __all__ = ["Transfer", "shift_right", "ring_attention_forward", "ring_attention_backward",
            "RingAttention", "ring_attention", "fully_masked"]
 
 Attend = Callable[..., tuple[Tensor, Tensor]]
+
+# The block kernel of this reference ring: PyTorch's fused flash attention (`parlab.cp.fused`)
+# when True; the block kernel with the maths spelled out (`parlab.cp.blocks`) when False.
+FUSED = True
+
+
+def _kernels() -> tuple[Attend, Callable[..., tuple[Tensor, Tensor, Tensor]]]:
+    return ((fused_attention, fused_attention_backward) if FUSED else
+            (block_attention, block_attention_backward))
 
 
 class Transfer:
@@ -96,7 +106,7 @@ def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
 
 
 def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
-                           overlap: bool = True, attend: Attend = block_attention,
+                           overlap: bool = True, attend: Attend | None = None,
                            shift: Shift | None = None,
                            group: Any = None) -> tuple[Tensor, Tensor]:
     """This rank's attention output over the whole sequence: (out, lse).
@@ -106,6 +116,7 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
     `attend` computes one block and `shift` posts one step's transfer (`shift_right`): the
     overlap measurement passes a block of known cost and a link of known speed.
     """
+    attend = _kernels()[0] if attend is None else attend
     shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     out, lse = empty_partial(q)  # (B, H, n, D), (B, H, n): nothing seen yet
@@ -138,8 +149,8 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
         dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
         dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
         if not fully_masked(pos[rank], pos[src], causal=causal):
-            dq_b, dk_b, dv_b = block_attention_backward(q, kv[0], kv[1], out, lse, dout,
-                                                        pos[rank], pos[src], causal=causal)
+            dq_b, dk_b, dv_b = _kernels()[1](q, kv[0], kv[1], out, lse, dout, pos[rank],
+                                             pos[src], causal=causal)
             dq = dq + dq_b
         if grads is not None:  # block src's accumulators, as the left neighbour passed them
             dk_in, dv_in = grads.wait()
