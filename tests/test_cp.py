@@ -317,6 +317,33 @@ def test_fused_block_with_many_pieces_or_unsorted_positions_still_matches():
     # back to the block kernel
 
 
+def test_fused_merge_is_merge_partials_in_place():
+    q, k, v = _randn(1, 2, 5, 8, seed=80), _randn(1, 2, 12, 8, seed=81), _randn(1, 2, 12, 8,
+                                                                              seed=82)
+    q_pos, keys = torch.tensor([1, 3, 6, 8, 11]), torch.arange(12)
+    blocks = [keys[:4], keys[4:8], keys[8:]]  # row 0 sees only block 0; rows 0-1 not block 2
+    parts = [cp.block_attention(q, k[..., b, :], v[..., b, :], q_pos, b, causal=True)
+             for b in blocks]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        got, want = cp.empty_partial(q), cp.empty_partial(q)
+        for i in order:
+            got = cp_fused.merge_into(*got, *(t.clone() for t in parts[i]))
+            want = cp.merge_partials(*want, *parts[i])
+        torch.testing.assert_close(got[0], want[0], **F64)
+        torch.testing.assert_close(got[1], want[1], **F64)
+    masked = cp.block_attention(q[..., :2, :], k[..., 8:, :], v[..., 8:, :], q_pos[:2],
+                                keys[8:], causal=True)  # every row -inf
+    both = cp_fused.merge_into(*(t.clone() for t in masked), *masked)
+    assert torch.equal(both[0], torch.zeros_like(both[0])) and torch.isneginf(both[1]).all()
+    big = [cp.block_attention(q.float() * 60, k[..., b, :].float(), v[..., b, :].float(),
+                              torch.arange(5), b, causal=False) for b in blocks[:2]]
+    got = cp_fused.merge_into(*big[0], *big[1])  # lse past float32's exp limit
+    want = cp.merge_partials(*cp.block_attention(q.float() * 60, k[..., :4, :].float(),
+                                                 v[..., :4, :].float(), torch.arange(5),
+                                                 blocks[0], causal=False), *big[1])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
 def test_fused_block_keeps_float32_partials_for_bf16_inputs():
     q, k, v = (_randn(1, 1, 4, 8, seed=i, dtype=torch.bfloat16) for i in range(3))
     out, lse = cp.fused_attention(q, k, v, torch.arange(4), torch.arange(4), causal=True)

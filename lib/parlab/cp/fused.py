@@ -47,7 +47,8 @@ from torch import Tensor
 
 from parlab.cp.blocks import accum_dtype, block_attention, block_attention_backward
 
-__all__ = ["Piece", "plan", "fused_attention", "fused_attention_backward", "MAX_PIECES"]
+__all__ = ["Piece", "plan", "fused_attention", "fused_attention_backward", "merge_into",
+           "MAX_PIECES"]
 
 MAX_PIECES = 4  # beyond this, one masked call is cheaper than many small ones
 _FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
@@ -117,6 +118,28 @@ def _masked_rows(q_pos: Tensor, k_pos: Tensor) -> tuple[int, int]:
     return next((i for i, c in enumerate(counts) if c > 0), len(counts)), max(counts, default=0)
 
 
+def _heads_as_batch(x: Tensor) -> Tensor:
+    """(B, H, L, D) -> (B H, 1, L, D), a view for the ring's blocks. The kernel lays its
+    results out as (B, L, H, D) in memory; with one head per batch entry that is contiguous,
+    which a ring receive buffer must be, and no copy is needed."""
+    return x.reshape(x.shape[0] * x.shape[1], 1, *x.shape[2:])
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, causal: bool,
+             mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The fused forward kernel on (B, H, L, D) blocks: out (B, H, nq, D), lse (B, H, nq)."""
+    out, lse = _FORWARD(*map(_heads_as_batch, (q, k, v)), 0.0, causal, attn_mask=mask)
+    return out.view(q.shape), lse.view(q.shape[:-1])
+
+
+def _backward(do: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+              causal: bool, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The fused backward kernel on (B, H, L, D) blocks: dq, dk, dv, contiguous."""
+    grads = _BACKWARD(*map(_heads_as_batch, (do, q, k, v, out)),
+                      lse.reshape(-1, 1, lse.shape[-1]), 0.0, causal, attn_mask=mask)
+    return grads[0].view(q.shape), grads[1].view(k.shape), grads[2].view(v.shape)
+
+
 def fused_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                     causal: bool) -> tuple[Tensor, Tensor]:
     """`block_attention`'s (out, lse) through the fused kernel: q (B, H, nq, D), k and v
@@ -130,19 +153,18 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tenso
     nq = q.shape[-2]
     if len(pieces) == 1 and pieces[0].q0 == 0 and pieces[0].q1 == nq:
         p = pieces[0]
-        o, lse_p = _FORWARD(q, k[..., p.k0:p.k1, :], v[..., p.k0:p.k1, :], 0.0, p.causal)
-        return o, lse_p.contiguous()  # the kernel's lse is laid out (B, nq, H)
+        return _forward(q, k[..., p.k0:p.k1, :], v[..., p.k0:p.k1, :], p.causal)
     out = torch.zeros(q.shape, dtype=acc)  # (B, H, nq, D)
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc)  # (B, H, nq)
     if len(pieces) > MAX_PIECES:
         a, c = _masked_rows(q_pos, k_pos)
-        o, lse_p = _FORWARD(q[..., a:, :], k[..., :c, :], v[..., :c, :], 0.0, False,
-                            attn_mask=_mask(q_pos[a:], k_pos[:c], acc))
+        o, lse_p = _forward(q[..., a:, :], k[..., :c, :], v[..., :c, :], False,
+                            _mask(q_pos[a:], k_pos[:c], acc))
         out[..., a:, :], lse[..., a:] = o, lse_p
         return out, lse
     for p in pieces:
-        o, lse_p = _FORWARD(q[..., p.q0:p.q1, :], k[..., p.k0:p.k1, :], v[..., p.k0:p.k1, :],
-                            0.0, p.causal)
+        o, lse_p = _forward(q[..., p.q0:p.q1, :], k[..., p.k0:p.k1, :], v[..., p.k0:p.k1, :],
+                            p.causal)
         if p.k0 > 0:  # a rising run's causal piece: merge it with the run's full head
             o, lse_p = _merge(out[..., p.q0:p.q1, :], lse[..., p.q0:p.q1], o, lse_p)
         out[..., p.q0:p.q1, :], lse[..., p.q0:p.q1] = o, lse_p
@@ -154,6 +176,20 @@ def _merge(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[
     lse = torch.logaddexp(lse_a, lse_b)
     return (torch.exp(lse_a - lse)[..., None] * out_a
             + torch.exp(lse_b - lse)[..., None] * out_b), lse
+
+
+def merge_into(out: Tensor, lse: Tensor, out_b: Tensor,
+               lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """`merge_partials` for the reference ring: the same (out, lse), computed in place in out
+    (two passes over it instead of four, no new (B, H, n, D) tensor); into the empty partial
+    (every lse -inf: nothing seen yet) the other partial is the result as it is."""
+    if bool(torch.isneginf(lse).all()):
+        return out_b, lse_b
+    merged = torch.logaddexp(lse, lse_b)  # (B, H, n); -inf only where both are
+    shift = torch.where(torch.isfinite(merged), merged, torch.zeros_like(merged))
+    out.mul_(torch.exp(lse - shift)[..., None])  # weights in [0, 1]; 0 for a -inf side
+    out.addcmul_(out_b, torch.exp(lse_b - shift)[..., None])
+    return out, merged
 
 
 def fused_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -169,9 +205,7 @@ def fused_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: 
     nq, nk = q.shape[-2], k.shape[-2]
     if len(pieces) == 1 and (pieces[0].q0, pieces[0].q1, pieces[0].k0, pieces[0].k1) == (
             0, nq, 0, nk):
-        g_q, g_k, g_v = _BACKWARD(do, q, k, v, out, lse, 0.0, pieces[0].causal)
-        return g_q, g_k.contiguous(), g_v.contiguous()  # laid out (B, nk, H, D): the ring
-        # sends dk and dv, and a receive needs a contiguous buffer
+        return _backward(do, q, k, v, out, lse, pieces[0].causal)
     dq, dk, dv = (torch.zeros(t.shape, dtype=acc) for t in (q, k, v))
     if len(pieces) > MAX_PIECES:
         a, c = _masked_rows(q_pos, k_pos)
@@ -180,9 +214,9 @@ def fused_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: 
         mask = None
     for p in pieces:
         rows, keys = slice(p.q0, p.q1), slice(p.k0, p.k1)
-        g_q, g_k, g_v = _BACKWARD(do[..., rows, :], q[..., rows, :], k[..., keys, :],
-                                  v[..., keys, :], out[..., rows, :], lse[..., rows], 0.0,
-                                  p.causal, attn_mask=mask)
+        g_q, g_k, g_v = _backward(do[..., rows, :], q[..., rows, :], k[..., keys, :],
+                                  v[..., keys, :], out[..., rows, :], lse[..., rows],
+                                  p.causal, mask)
         dq[..., rows, :] += g_q
         dk[..., keys, :] += g_k
         dv[..., keys, :] += g_v

@@ -36,7 +36,7 @@ from parlab.cp.blocks import (
     empty_partial,
     merge_partials,
 )
-from parlab.cp.fused import fused_attention, fused_attention_backward
+from parlab.cp.fused import fused_attention, fused_attention_backward, merge_into
 
 __all__ = ["Transfer", "shift_right", "ring_attention_forward", "ring_attention_backward",
            "RingAttention", "ring_attention", "fully_masked"]
@@ -48,9 +48,10 @@ Attend = Callable[..., tuple[Tensor, Tensor]]
 FUSED = True
 
 
-def _kernels() -> tuple[Attend, Callable[..., tuple[Tensor, Tensor, Tensor]]]:
-    return ((fused_attention, fused_attention_backward) if FUSED else
-            (block_attention, block_attention_backward))
+def _kernels() -> tuple[Attend, Callable[..., tuple[Tensor, Tensor, Tensor]], Attend]:
+    """(block forward, block backward, merge) of the reference path."""
+    return ((fused_attention, fused_attention_backward, merge_into) if FUSED else
+            (block_attention, block_attention_backward, merge_partials))
 
 
 class Transfer:
@@ -128,7 +129,7 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
             transfer.wait()  # the version that waits: nothing hides this transfer
         if not fully_masked(pos[rank], pos[src], causal=causal):
             part = attend(q, kv[0], kv[1], pos[rank], pos[src], causal=causal)
-            out, lse = merge_partials(out, lse, *part)
+            out, lse = _kernels()[2](out, lse, *part)
         if transfer is not None:
             kv = transfer.wait()  # the next block, which flew while this one computed
     return out.to(q.dtype), lse
@@ -146,15 +147,19 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     for step in range(world):
         src = (rank - step) % world
         transfer = shift_right(kv, group=group) if step + 1 < world else None
-        dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
-        dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
-        if not fully_masked(pos[rank], pos[src], causal=causal):
+        if fully_masked(pos[rank], pos[src], causal=causal):  # these queries add nothing
+            dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
+            dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
+        else:
             dq_b, dk_b, dv_b = _kernels()[1](q, kv[0], kv[1], out, lse, dout, pos[rank],
                                              pos[src], causal=causal)
-            dq = dq + dq_b
+            dq += dq_b
+            del dq_b  # held no longer than needed: the ring's memory is what it is for
         if grads is not None:  # block src's accumulators, as the left neighbour passed them
             dk_in, dv_in = grads.wait()
-            dk_b, dv_b = dk_b + dk_in, dv_b + dv_in
+            dk_b += dk_in  # dk_b and dv_b are this step's own tensors: add in place
+            dv_b += dv_in
+            del dk_in, dv_in
         grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
         if transfer is not None:
             kv = transfer.wait()
