@@ -2,6 +2,8 @@
 
 - `blocks`: one block of attention with its log-sum-exp, the merge of partial results, the
   full-attention reference and the block backward.
+- `fused`: the same block through PyTorch's fused flash-attention kernel, forward and
+  backward, cut into full, causal-diagonal and skipped pieces: the reference ring's kernel.
 - `ring`: ring attention over isend/irecv, forward and backward (`ring_attention`).
 - `layout`: which tokens each rank holds (contiguous, striped, zigzag), its causal work, and
   when the ring hides its transfers.
@@ -23,6 +25,7 @@ from parlab.cp.blocks import (
     merge_partials,
 )
 from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
+from parlab.cp.fused import fused_attention, fused_attention_backward
 from parlab.cp.layout import (
     LAYOUTS,
     block_backward_flops,
@@ -57,7 +60,8 @@ from parlab.cp.ulysses import (
 
 __all__ = [
     "block_attention", "block_attention_backward", "merge_partials", "full_attention",
-    "empty_partial", "accum_dtype", "Transfer", "shift_right",
+    "empty_partial", "accum_dtype", "fused_attention", "fused_attention_backward",
+    "Transfer", "shift_right",
     "ring_attention_forward", "ring_attention_backward", "RingAttention", "ring_attention",
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
     "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",

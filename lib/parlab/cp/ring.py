@@ -47,11 +47,22 @@ from parlab.cp.blocks import (
     empty_partial,
     merge_partials,
 )
+from parlab.cp.fused import fused_attention, fused_attention_backward, merge_into
 
 __all__ = ["Transfer", "shift_right", "ring_attention_forward", "ring_attention_backward",
            "RingAttention", "ring_attention", "fully_masked"]
 
 Attend = Callable[..., tuple[Tensor, Tensor]]
+
+# The block kernel of this reference ring: PyTorch's fused flash attention (`parlab.cp.fused`)
+# when True; the block kernel with the maths spelled out (`parlab.cp.blocks`) when False.
+FUSED = True
+
+
+def _kernels() -> tuple[Attend, Callable[..., tuple[Tensor, Tensor, Tensor]], Attend]:
+    """(block forward, block backward, merge) of the reference path."""
+    return ((fused_attention, fused_attention_backward, merge_into) if FUSED else
+            (block_attention, block_attention_backward, merge_partials))
 
 
 class Transfer:
@@ -112,7 +123,7 @@ def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
 
 
 def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
-                           overlap: bool = True, attend: Attend = block_attention,
+                           overlap: bool = True, attend: Attend | None = None,
                            shift: Shift | None = None,
                            group: Any = None) -> tuple[Tensor, Tensor]:
     """This rank's attention output over the whole sequence: (out, lse).
@@ -122,6 +133,7 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
     `attend` computes one block and `shift` posts one step's transfer (`shift_right`): the
     overlap measurement passes a block of known cost and a link of known speed.
     """
+    attend = _kernels()[0] if attend is None else attend
     shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     out, lse = empty_partial(q)  # (B, H, n, D), (B, H, n): nothing seen yet
@@ -136,7 +148,7 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
         if not fully_masked(pos[rank], pos[src], causal=causal):
             with _range(f"ring step {step} compute"):
                 part = attend(q, kv[0], kv[1], pos[rank], pos[src], causal=causal)
-                out, lse = merge_partials(out, lse, *part)
+                out, lse = _kernels()[2](out, lse, *part)
         if transfer is not None:
             with _range(f"ring step {step} wait", overlap):
                 kv = transfer.wait()  # the next block, which flew while this one computed
@@ -156,17 +168,21 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
         src = (rank - step) % world
         with _range(f"ring backward step {step} send/recv K/V", step + 1 < world):
             transfer = shift_right(kv, group=group) if step + 1 < world else None
-        dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
-        dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
-        if not fully_masked(pos[rank], pos[src], causal=causal):
+        if fully_masked(pos[rank], pos[src], causal=causal):  # these queries add nothing
+            dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
+            dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
+        else:
             with _range(f"ring backward step {step} compute"):
-                dq_b, dk_b, dv_b = block_attention_backward(q, kv[0], kv[1], out, lse, dout,
-                                                            pos[rank], pos[src], causal=causal)
-                dq = dq + dq_b
+                dq_b, dk_b, dv_b = _kernels()[1](q, kv[0], kv[1], out, lse, dout, pos[rank],
+                                                 pos[src], causal=causal)
+                dq += dq_b
+                del dq_b  # held no longer than needed: the ring's memory is what it is for
         if grads is not None:  # block src's accumulators, as the left neighbour passed them
             with _range(f"ring backward step {step} wait dK/dV"):
                 dk_in, dv_in = grads.wait()
-            dk_b, dv_b = dk_b + dk_in, dv_b + dv_in
+            dk_b += dk_in  # dk_b and dv_b are this step's own tensors: add in place
+            dv_b += dv_in
+            del dk_in, dv_in
         with _range(f"ring backward step {step} send/recv dK/dV"):
             grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
         if transfer is not None:
