@@ -84,7 +84,9 @@ def _in_child(fn: Callable[[], Any], conn: Any) -> None:
 
 def children_peak_rss(fn: Callable[[], Any]) -> tuple[Any, int]:
     """(fn's result, bytes): fn runs in a forked process; the bytes are the largest peak RSS
-    among the processes it started and waited for (and theirs, recursively)."""
+    among the processes it started and waited for (and theirs, recursively). A child's peak
+    starts at the RSS of the process that forked it (Linux counts the pages a child was forked
+    with in its ru_maxrss): call it from a small process, as bench_autograde does."""
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_in_child, args=(fn, child))

@@ -47,7 +47,7 @@ import torch.distributed as dist
 from torch.profiler import record_function
 
 from parlab import costs
-from parlab.compose import Plan, train
+from parlab.compose import Checkpoints, Plan, train
 from parlab.costs.roofline import (
     Timing,
     copy_bytes,
@@ -218,9 +218,23 @@ def traced_step(cfg: LlamaConfig, plan: Plan) -> int:
     return dist.get_rank()
 
 
+def traced_checkpoint(cfg: LlamaConfig, plan: Plan) -> int:
+    """Module 09's job: two steps that save a distributed checkpoint after each, then one more
+    resumed from it (torch.distributed.checkpoint), in a folder rank 0 makes and removes."""
+    folder = [tempfile.mkdtemp(prefix="parlab-gpu-ckpt-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(folder, src=0)
+    train(cfg, plan, 2, lr=3e-3, checkpoints=Checkpoints(save=folder[0], interval=1))
+    train(cfg, plan, 3, lr=3e-3, checkpoints=Checkpoints(load=folder[0]))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(str(folder[0]), ignore_errors=True)
+    return dist.get_rank()
+
+
 def trace_jobs(world: int) -> dict[str, tuple]:
     """Per module: (job, its arguments, ranks) on `world` ranks (1 or 2); module 07's DP × PP
-    × TP takes 4 (NCCL where there are 4 GPUs, else gloo on the CPU)."""
+    × TP takes 4 and module 08's DP × PP × TP+SP 8 (NCCL where there are that many GPUs, else
+    gloo on the CPU)."""
     dense, moe = LlamaConfig(), LlamaConfig(moe_layers=(1,))
     if world == 1:
         return {"one GPU": (traced_step, (dense, Plan()), 1)}
@@ -231,6 +245,10 @@ def trace_jobs(world: int) -> dict[str, tuple]:
     jobs |= {module: (traced_step, (dense, plan), world) for module, plan in step.items()}
     jobs["06_expert_parallel"] = (traced_step, (moe, Plan(ep=world)), world)
     jobs["07_composition"] = (traced_step, (dense, Plan(pp=2, tp=2)), 4)
+    jobs["08_the_whole_machine"] = (traced_step, (dense, Plan(
+        dp=2, pp=2, tp=2, sequence_parallel=True, global_batch_size=8)), 8)
+    jobs["09_checkpoints_and_restarts"] = (traced_checkpoint, (dense, Plan(
+        dp=world, distributed_optimizer=True)), world)
     return jobs
 
 

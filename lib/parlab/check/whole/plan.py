@@ -57,8 +57,8 @@ MEMORY_HINTS = {
 BYTES_HINTS = {
     "tp": "TP: m ceil(L/p) 16 (t-1)/t b s_c h (four ring all-reduces of a bf16 (b, s_c, h) per "
           "layer and micro-batch)",
-    "cp": "CP: m ceil(L/p) 3 (c-1) 4 b s_c h / t (K and V, bf16, pass the ring in forward; K, "
-          "V, dK, dV in backward: 3 times 2 tensors, each rank's a/t heads)",
+    "cp": "CP: m ceil(L/p) (6c-4) 2 b s_c h / t (a bf16 K or V block of the rank's a/t heads: "
+          "K and V c-1 hops forward and c-1 backward, dK and dV c hops, the last one home)",
     "pp": "PP: m 2 (2 b s_c h / t) (one activation forward, one gradient backward, bf16, each "
           "TP rank its 1/t)",
     "dp": "DP: one ring all-reduce of the first stage's bf16 gradients over the dp·cp ranks "
