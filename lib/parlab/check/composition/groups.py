@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parlab.check import (
+from parlab.check._compare import assert_equal, expect_type, fail
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
-    assert_equal,
     call_learner,
     exercise,
-    expect_type,
-    fail,
     not_reexport,
     refuse_in_rank,
     run_checked,
