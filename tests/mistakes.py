@@ -1,74 +1,92 @@
-"""Shared by the tests/test_mistakes_*.py files: run a module's answers like notebook cells.
+"""Shared by tests/test_mistakes.py and tests/test_mistakes_extra.py: run a module's answers
+like notebook cells, against the checks its table (tests/mistake_tables/) names.
 
 The solutions notebook's imports cell and answer cells (BEGIN/END SOLUTION lines dropped) run
 into one fresh module that is not in sys.modules, so cloudpickle ships its classes to the
 ranks by value, as it does for a learner's cells; a mistake file from autograder/mistakes/
 runs on top, replacing what it defines. Each mistake file lists in CAUGHT_BY the checks that
-must reject it and a phrase the message must contain.
+must reject it and a phrase the message must contain; optionally SIZES = {check: world sizes}
+(instead of the table's) and WORLD_SIZES (the only sizes it fails on: a ring that is right on
+2 ranks, where both neighbours are one rank).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
+from conftest import ROOT
 
 from parlab.check import CheckFailed
-from parlab.grading import is_answer_cell
+from parlab.grading import grade_id, is_answer_cell
 from parlab.launch import RankError
 
 DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 _counter = itertools.count()
+Check = Callable[[types.ModuleType, int], object]  # run one check on a learner's namespace
+
+
+@functools.cache
+def _learner_cells(notebook: Path) -> tuple[tuple[str, str], ...]:
+    """(cell id, source without the SOLUTION lines) of the imports cell and the answer cells."""
+    nb = nbformat.read(notebook, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"
+             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    return tuple((c.get("id", "?"), "\n".join(ln for ln in c.source.splitlines()
+                                              if not DELIMITER.match(ln))) for c in cells)
 
 
 def learner_namespace(notebook: Path, *overlays: str, answers: int) -> types.ModuleType:
     """The notebook's imports and its `answers` answer cells, then each overlay, in one module."""
-    nb = nbformat.read(notebook, as_version=4)
     module = types.ModuleType(f"learner_notebook_{next(_counter)}")  # not in sys.modules
-    cells = [c for c in nb.cells if c.cell_type == "code"
-             and ("imports" in c.metadata.get("tags", []) or is_answer_cell(c))]
+    cells = _learner_cells(notebook)
     assert len(cells) == answers + 1, f"expected the imports cell and {answers} answer cells"
-    for cell in cells:
-        source = "\n".join(ln for ln in cell.source.splitlines() if not DELIMITER.match(ln))
-        exec(compile(source, f"<cell {cell.get('id', '?')}>", "exec"), module.__dict__)
+    for cell_id, source in cells:
+        exec(compile(source, f"<cell {cell_id}>", "exec"), module.__dict__)
     for index, source in enumerate(overlays):
         exec(compile(source, f"<overlay {index}>", "exec"), module.__dict__)
     return module
 
 
+def cell_source(notebook: Path, gid: str) -> str:
+    """The source of the notebook's test cell `gid`, hidden tests included."""
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if grade_id(c) == gid]
+    assert len(cells) == 1, f"no test cell {gid}"
+    return cells[0].source
+
+
+
+def hidden(module: str, gid: str) -> Check:
+    """A check that runs the solutions notebook's test cell `gid` as the grader does."""
+    notebook = ROOT / "solutions" / module / f"{module}.ipynb"
+
+    def run(ns: types.ModuleType, t: int) -> None:
+        exec(compile(cell_source(notebook, gid), f"<{gid}>", "exec"), ns.__dict__)
+    return run
+
+
+def entry_value(path: Path, name: str) -> Any:
+    """A mistake file's top-level constant `name` (a literal), or None."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == name:
+            return ast.literal_eval(node.value)
+    return None
+
+
 def caught_by(path: Path) -> dict[str, str]:
     """A mistake file's CAUGHT_BY = {check name: phrase its message must contain}."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CAUGHT_BY":
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path.name} has no CAUGHT_BY = {{check: phrase}}")
-
-
-def assert_corpus_documented(folder: Path, required: set[str], checks: dict) -> None:
-    """The issue's mistakes are all there, each runs under known checks, and README.md lists
-    every file with the phrase its message must contain."""
-    names = {p.stem for p in folder.glob("*.py")}
-    assert required <= names, f"missing mistakes: {sorted(required - names)}"
-    readme = (folder / "README.md").read_text()
-    for path in sorted(folder.glob("*.py")):
-        assert f"`{path.name}`" in readme, f"README.md does not list {path.name}"
-        for check, phrase in caught_by(path).items():
-            assert check in checks, f"{path.name}: unknown check {check}"
-            assert phrase in readme, f"README.md does not quote {path.name}'s {phrase!r}"
-
-
-def cases(folder: Path, sizes: Callable[[str], Iterable[int]] = lambda check: (2, 4)) -> list:
-    """One pytest case (path, check, phrase, t) per mistake file, check that must catch it, and
-    world size t."""
-    return [pytest.param(path, check, phrase, t, id=f"{path.stem}-{check}-t{t}")
-            for path in sorted(folder.glob("*.py"))
-            for check, phrase in caught_by(path).items() for t in sizes(check)]
+    found = entry_value(path, "CAUGHT_BY")
+    assert found is not None, f"{path.name} has no CAUGHT_BY = {{check: phrase}}"
+    return found
 
 
 def caught_message(run_check: Callable[[], object], *, phrase: str, where: str) -> str:
@@ -79,3 +97,56 @@ def caught_message(run_check: Callable[[], object], *, phrase: str, where: str) 
     message = str(info.value)
     assert phrase in message, f"{where} said:\n{message}"
     return message
+
+
+@dataclass(frozen=True)
+class Table:
+    """What is particular to one module's mistakes tests (one file in tests/mistake_tables/);
+    tests/test_mistakes.py runs the same tests over every table."""
+
+    module: str  # "02_tensor_parallel": solutions/<module>/ and autograder/mistakes/<module>/
+    answers: int  # answer cells in the solutions notebook
+    checks: Mapping[str, Check]  # CAUGHT_BY's names -> the check as its test cell calls it
+    required: frozenset[str]  # the entries the issues asked for: none may go missing
+    sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # default (2,)
+    solution_sizes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # else sizes;
+    # () = the solution of that check is not run here (the reason in the table)
+    where: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a check's message
+    # names one of these (the rank, the call)...
+    where_exempt: tuple[str, ...] = ()  # ...unless it says one of these (a hang names no rank)
+    max_seconds: float | None = None  # the longest a mistake may take to be caught, per run
+    slow_checks: frozenset[str] = frozenset()  # marked slow, for the mistakes and the solutions
+    slow_entries: frozenset[str] = frozenset()
+    slow_solutions: frozenset[str] = frozenset()
+    reexports: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # how an answer
+    # could hand back the course's own code -> (the check that refuses it, the source)
+    refusal: str = "the course's own reference"  # a refusal's message matches (re.search)
+    refusal_starts: Mapping[str, str] = field(default_factory=dict)  # how -> regex at the start
+    same_refusal: tuple[tuple[str, str], ...] = ()  # (bare, wrapped): refused in the same words
+
+    @property
+    def notebook(self) -> Path:
+        return ROOT / "solutions" / self.module / f"{self.module}.ipynb"
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / "autograder" / "mistakes" / self.module
+
+    def namespace(self, *overlays: str) -> types.ModuleType:
+        return learner_namespace(self.notebook, *overlays, answers=self.answers)
+
+    def entries(self) -> list[Path]:
+        return sorted(self.folder.glob("*.py"))
+
+    def sizes_of(self, check: str) -> tuple[int, ...]:
+        return self.sizes.get(check, (2,))
+
+    def runs(self, path: Path) -> list[tuple[str, str, int]]:
+        """(check, phrase, world size) of every run that must catch the entry at `path`."""
+        own, only = entry_value(path, "SIZES") or {}, entry_value(path, "WORLD_SIZES")
+        return [(check, phrase, t) for check, phrase in caught_by(path).items()
+                for t in own.get(check, self.sizes_of(check)) if only is None or t in only]
+
+    def is_slow(self, path: Path) -> bool:
+        return path.stem in self.slow_entries or any(
+            check in self.slow_checks for check in caught_by(path))

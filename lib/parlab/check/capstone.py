@@ -38,15 +38,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from parlab.check import (
-    assert_close,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    refuse_in_rank,
-    run_checked,
-)
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 from parlab.check.composition.common import KEYS, grid_references
 
 __all__ = ["check_sync_gradients", "check_capstone", "optimizer", "SGD_LR", "Run", "RUNS"]

@@ -15,17 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_equal,
-    call_learner,
-    exercise,
-    expect_type,
-    fail,
-    not_reexport,
-    refuse_in_rank,
-    run_checked,
-)
+from parlab.check._compare import assert_equal, expect_type, fail
+from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 from parlab.check.composition.common import GRID_REFUSAL, GRIDS, KEYS, grid_references
 
 __all__ = ["check_axis_groups", "check_build_groups", "BUILD_CASES"]
@@ -119,9 +110,9 @@ def _probe_groups(build_groups: Callable[[dict], dict], sizes: dict[str, int]) -
 def _one_world(build_groups: Callable, world_size: int, sizes: dict[str, int]) -> None:
     from parlab.mesh import make_mesh
 
+    # run_checked's default timeout (CHECK_TIMEOUT_S): 6 and 8 ranks on 2 busy cores start slowly
     got = run_checked(_probe_groups, world_size, build_groups, sizes,
-                      what=f"build_groups({sizes})", hang_hint=NEW_GROUP,
-                      timeout=CHECK_TIMEOUT_S)  # 6 and 8 ranks on 2 busy cores start slowly
+                      what=f"build_groups({sizes})", hang_hint=NEW_GROUP)
     mesh = make_mesh(world_size, **sizes)
     for rank, sums in enumerate(got):
         for axis in sorted(sizes):

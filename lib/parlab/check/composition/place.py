@@ -24,7 +24,8 @@ import functools
 import math
 from collections.abc import Callable
 
-from parlab.check import call_learner, exercise, fail, not_reexport
+from parlab.check._compare import fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.composition.common import FORMULA_REFUSAL, GRIDS, KEYS, formula_references
 
 __all__ = ["check_placement", "MODELS", "NODE_SIZES"]

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from parlab import costs
-from parlab.check import call_learner, exercise, expect_type, fail, not_reexport
+from parlab.check._compare import expect_type, fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.composition.common import FORMULA_REFUSAL, KEYS, formula_references
 
 __all__ = ["check_fit_state", "check_tp_vs_pp", "FIT_CASES", "TP_PP_CASES"]

@@ -11,24 +11,16 @@ every input unchanged after the call; parlab's ring functions refused while it r
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_close,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    run_checked,
-)
+from parlab.check._compare import assert_close
+from parlab.check._harness import CHECK_TIMEOUT_S, exercise, not_reexport, run_checked
 from parlab.check.cp.common import F64_TOL, MASK, N, RingCase, inputs, reference
-from parlab.check.cp.forward import HANG, REFUSED, RING_REFUSED, SHAPES, ring_cases
-from parlab.check.cp.ranks import Recorder, check_protocol, check_unchanged, cpu, env
+from parlab.check.cp.forward import HANG, ring_cases
+from parlab.check.cp.ranks import call_ring, check_protocol, cpu, env
 
 __all__ = ["check_ring_backward"]
 
@@ -48,17 +40,9 @@ def _backward_worker(fn: Callable, cases: list[RingCase]) -> list[dict]:
         mine = case.table[rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v, out)]
         args += [lse[..., mine].contiguous().to(dev), dout[..., mine, :].contiguous().to(dev)]
-        given = dict(zip(NAMES, args, strict=True), pos=case.table.clone())
-        kept = {name: cpu(x) for name, x in given.items()}
-        with Recorder(args[1], where=case.name, what="ring_attention_backward") as rec:
-            got = call_learner(f"ring_attention_backward ({case.name})",
-                               functools.partial(fn, causal=case.causal), *args, given["pos"],
-                               refuse=REFUSED, refusal=RING_REFUSED, shape_hint=SHAPES)
-        check_unchanged(kept, given, where=f"ring_attention_backward, {case.name}", rank=rank)
-        if not (isinstance(got, tuple) and len(got) == 3):
-            fail(f"{case.name}: ring_attention_backward returned {type(got).__name__}, "
-                 "expected a tuple (dq, dk, dv)", rank=rank, hint="return dq, dk, dv")
-        results.append({"grads": [cpu(g) for g in got], "events": rec.events})
+        got, events = call_ring(fn, case, args, NAMES, what="ring_attention_backward",
+                                returns=("dq", "dk", "dv"), rank=rank)
+        results.append({"grads": [cpu(g) for g in got], "events": events})
     return results
 
 

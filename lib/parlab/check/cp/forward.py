@@ -12,21 +12,13 @@ is in flight. parlab's ring functions are refused while the learner's ring runs.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_close,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    run_checked,
-)
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, exercise, not_reexport, run_checked
 from parlab.check.cp.common import (
     DEADLOCK,
     F64_TOL,
@@ -40,16 +32,12 @@ from parlab.check.cp.common import (
     lse_story,
     reference,
 )
-from parlab.check.cp.ranks import Recorder, check_protocol, check_unchanged, cpu, env, overlap
-from parlab.cp import ring
+from parlab.check.cp.ranks import call_ring, check_protocol, cpu, env, overlap
 from parlab.cp.blocks import block_attention, empty_partial, merge_partials
 from parlab.cp.layout import LAYOUTS, position_table
 
-__all__ = ["check_ring_forward", "ring_cases", "RING_REFUSED", "SHAPES", "HANG"]
+__all__ = ["check_ring_forward", "ring_cases", "HANG"]
 
-REFUSED = [ring.ring_attention_forward, ring.ring_attention_backward]
-RING_REFUSED = "parlab.cp.ring_attention_forward / backward"
-SHAPES = "q, k and v are (B, H, n, D), this rank's n tokens; pos is (W, n), every rank's"
 HANG = DEADLOCK  # a receive from the wrong neighbour is stopped before it is made (Recorder)
 
 
@@ -80,17 +68,9 @@ def _forward_worker(fn: Callable, cases: list[RingCase]) -> list[dict]:
         q, k, v = inputs(case.seed, world * N, case.dtype, case.scale)
         mine = case.table[rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v)]
-        given = dict(zip(("q", "k", "v"), args, strict=True), pos=case.table.clone())
-        kept = {name: cpu(x) for name, x in given.items()}
-        with Recorder(args[1], where=case.name, what="ring_attention") as rec:
-            got = call_learner(f"ring_attention ({case.name})",
-                               functools.partial(fn, causal=case.causal), *args, given["pos"],
-                               refuse=REFUSED, refusal=RING_REFUSED, shape_hint=SHAPES)
-        check_unchanged(kept, given, where=f"ring_attention, {case.name}", rank=rank)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            fail(f"{case.name}: ring_attention returned {type(got).__name__}, expected a "
-                 "tuple (out, lse)", rank=rank, hint="return out, lse")
-        results.append({"out": cpu(got[0]), "lse": cpu(got[1]), "events": rec.events})
+        got, events = call_ring(fn, case, args, ("q", "k", "v"), what="ring_attention",
+                                returns=("out", "lse"), rank=rank)
+        results.append({"out": cpu(got[0]), "lse": cpu(got[1]), "events": events})
     return results
 
 

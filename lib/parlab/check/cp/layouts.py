@@ -17,15 +17,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_close,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    run_checked,
-)
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, not_reexport, run_checked
 from parlab.check.cp.common import SEED, N, inputs, reference
 from parlab.check.cp.ranks import env
 from parlab.cp import layout as cp_layout

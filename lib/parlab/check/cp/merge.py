@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from parlab.check import assert_close, assert_unchanged, call_learner, exercise, fail, not_reexport
+from parlab.check._compare import assert_close, assert_unchanged, fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.cp.common import (
     BF16,
     F32_TOL,

@@ -11,21 +11,31 @@ to never completes on 3 or more ranks, so both are reported, by name, before the
 
 `overlap(events)` counts the compute phases (matrix products between two communication
 calls) that ran with no receive in flight; `check_protocol` reads the events after the run.
+`call_ring` is the call both ring checks make on each rank: recorded, parlab's ring refused,
+the inputs compared after it, the result's arity checked.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from parlab.check import assert_unchanged, fail
-from parlab.check.cp.common import INPUTS, NEIGHBOURS, P2P_ONLY
+from parlab.check._compare import assert_unchanged, fail
+from parlab.check._harness import call_learner
+from parlab.check.cp.common import INPUTS, NEIGHBOURS, P2P_ONLY, RingCase
+from parlab.cp import ring
 
-__all__ = ["env", "cpu", "Recorder", "overlap", "check_protocol", "check_unchanged"]
+__all__ = ["env", "cpu", "Recorder", "overlap", "check_protocol", "check_unchanged", "call_ring",
+           "REFUSED", "RING_REFUSED", "SHAPES"]
 
+REFUSED = [ring.ring_attention_forward, ring.ring_attention_backward]
+RING_REFUSED = "parlab.cp.ring_attention_forward / backward"
+SHAPES = "q, k and v are (B, H, n, D), this rank's n tokens; pos is (W, n), every rank's"
 _P2P = ("send", "recv", "isend", "irecv")
 _COMPUTE = ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
             "einsum", "dot", "scaled_dot_product_attention")
@@ -129,6 +139,25 @@ class Recorder:
 
         self._mode.__exit__(*exc)
         comm.remove_listener(self._comm)
+
+
+def call_ring(fn: Callable, case: RingCase, args: Sequence[Tensor], names: Sequence[str], *,
+              what: str, returns: Sequence[str], rank: int) -> tuple[tuple, list[tuple]]:
+    """Call the learner's ring `what` (forward or backward) on this rank's `args`, named
+    `names`, and the case's position table, watched by a `Recorder` with parlab's ring
+    refused; every input must come back unchanged and the result be the tuple `returns`.
+    The result, and the events the recorder heard."""
+    given = dict(zip(names, args, strict=True), pos=case.table.clone())
+    kept = {name: cpu(x) for name, x in given.items()}
+    with Recorder(args[1], where=case.name, what=what) as rec:
+        got = call_learner(f"{what} ({case.name})", functools.partial(fn, causal=case.causal),
+                           *args, given["pos"], refuse=REFUSED, refusal=RING_REFUSED,
+                           shape_hint=SHAPES)
+    check_unchanged(kept, given, where=f"{what}, {case.name}", rank=rank)
+    if not (isinstance(got, tuple) and len(got) == len(returns)):
+        fail(f"{case.name}: {what} returned {type(got).__name__}, expected a tuple "
+             f"({', '.join(returns)})", rank=rank, hint=f"return {', '.join(returns)}")
+    return got, rec.events
 
 
 def overlap(events: list[tuple]) -> tuple[int, int]:

@@ -25,16 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_close,
-    assert_unchanged,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    run_checked,
-)
+from parlab.check._compare import assert_close, assert_unchanged, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, not_reexport, run_checked
 from parlab.check.cp.common import reference
 from parlab.check.cp.ranks import cpu, env
 from parlab.cp import ulysses

@@ -25,15 +25,12 @@ from typing import Any
 
 import torch
 
-from parlab.check import (
+from parlab.check._compare import assert_close, assert_unchanged, fail, randomize_parameters
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
-    assert_close,
-    assert_unchanged,
     call_learner,
     exercise,
-    fail,
     not_reexport,
-    randomize_parameters,
     refuse_in_rank,
     run_checked,
 )

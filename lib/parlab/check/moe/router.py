@@ -20,16 +20,8 @@ from collections.abc import Callable
 
 import torch
 
-from parlab.check import (
-    assert_close,
-    assert_equal,
-    assert_unchanged,
-    call_learner,
-    exercise,
-    expect_type,
-    fail,
-    not_reexport,
-)
+from parlab.check._compare import assert_close, assert_equal, assert_unchanged, expect_type, fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.moe.common import F64_TOL, KEYS, REFUSAL, references, story
 
 __all__ = ["check_router", "check_capacity", "WORKED", "WORKED_KEEP"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from parlab.check import call_learner, exercise, expect_type, fail, not_reexport
+from parlab.check._compare import expect_type, fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.pp.simulator import balance_stages, stage_times
 
 __all__ = ["check_balance", "BALANCE_CASES"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from parlab.check import assert_close, fail
+from parlab.check._compare import assert_close, fail
 
 __all__ = ["TOL", "options", "reference", "compare", "P2PGuard", "SCALE", "BLOCKING", "HANG"]
 

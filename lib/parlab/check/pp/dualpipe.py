@@ -21,11 +21,11 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from parlab.check import (
+from parlab.check._compare import fail
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
     call_learner,
     exercise,
-    fail,
     not_reexport,
     refuse_in_rank,
     run_checked,

@@ -18,14 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    fail,
-    not_reexport,
-    run_checked,
-)
+from parlab.check._compare import fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, not_reexport, run_checked
 from parlab.check.pp.common import BLOCKING, HANG, P2PGuard, compare, model_options, options
 from parlab.check.pp.schedule import schedule_shape
 from parlab.pp import schedules as pp

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from parlab.check import (
+from parlab.check._compare import fail
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
     call_learner,
     exercise,
-    fail,
     not_reexport,
     refuse_in_rank,
     run_checked,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from parlab.check import call_learner, exercise, fail, not_reexport
+from parlab.check._compare import fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.pp import schedules as pp
 from parlab.pp.order import validate
 from parlab.pp.simulator import SimResult, simulate

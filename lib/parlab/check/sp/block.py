@@ -18,15 +18,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import (
-    CHECK_TIMEOUT_S,
-    assert_close,
-    call_learner,
-    exercise,
-    fail,
-    randomize_parameters,
-    run_checked,
-)
+from parlab.check._compare import assert_close, fail, randomize_parameters
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
 from parlab.check.sp.common import (
     BIAS_ONCE,
     F32_TOL,

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from parlab import costs
-from parlab.check import CHECK_TIMEOUT_S, call_learner, exercise, expect_type, fail, run_checked
+from parlab.check._compare import expect_type, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
 from parlab.check.sp.block import block_worker
 from parlab.check.sp.common import HANG, KEY_BYTES, LAYER, P_DROP, B, H, T, reject_reference
 from parlab.check.tp.formula import Form, check_formula, cost_functions, refusing

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import fail, not_reference, refuse_in_rank
+from parlab.check._compare import fail
+from parlab.check._harness import not_reference, refuse_in_rank
 from parlab.check.tp.common import Events
 from parlab.check.tp.compare import close, scale
 

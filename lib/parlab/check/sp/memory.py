@@ -28,14 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from parlab.check import (
+from parlab.check._compare import assert_equal, expect_type, fail, randomize_parameters
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
-    assert_equal,
     call_learner,
     exercise,
-    expect_type,
-    fail,
-    randomize_parameters,
     refuse_in_rank,
     run_checked,
 )

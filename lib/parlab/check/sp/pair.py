@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed, assert_close, exercise, fail, run_checked
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
 from parlab.check.sp.common import (
     EXACT,
     GATHER_BACKWARD,
@@ -35,6 +36,7 @@ from parlab.check.sp.common import (
     story,
 )
 from parlab.check.tp.common import backward, cpu, env, traced
+from parlab.errors import CheckFailed
 
 __all__ = ["check_sp_pair"]
 ROWS, C = 3, 4  # rows per rank and hidden size of this exercise (B = 2)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 import torch
 
 from parlab import costs
-from parlab.check import CHECK_TIMEOUT_S, assert_close, call_learner, exercise, fail, run_checked
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
 from parlab.check.tp.common import (
     EXTRA_F,
     F32_TOL,

@@ -19,14 +19,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from parlab.check import (
-    assert_owns_only,
-    assert_unchanged,
-    call_learner,
-    fail,
-    randomize_parameters,
-    refuse_in_rank,
-)
+from parlab.check._compare import assert_owns_only, assert_unchanged, fail, randomize_parameters
+from parlab.check._harness import call_learner, refuse_in_rank
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 # float32: the randomised layers' values are of order 10, and summing up to 192 products in

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import assert_close, fail, not_reference
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import not_reference
 from parlab.check.tp.common import F_BACKWARD, G_BACKWARD, LINEAR_LAYOUT, Events
 
 Getter = Callable[[dict], Any]

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, assert_close, exercise, fail, run_checked
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
 from parlab.check.tp.common import (
     F_BACKWARD,
     G_BACKWARD,

@@ -21,7 +21,8 @@ import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from parlab.check import call_learner, fail, not_reexport
+from parlab.check._compare import fail
+from parlab.check._harness import call_learner, not_reexport
 from parlab.errors import reference_message, refused
 
 Point = tuple[int, int, int, int, int]  # b, s, h, t, dtype_bytes

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, assert_close, call_learner, exercise, fail, run_checked
+from parlab.check._compare import assert_close, fail
+from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
 from parlab.check.tp.common import (
     BIAS_ONCE,
     F64_TOL,

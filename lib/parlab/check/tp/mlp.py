@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from parlab.check import CHECK_TIMEOUT_S, exercise, fail, run_checked
+from parlab.check._compare import fail
+from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
 from parlab.check.tp.common import (
     BIAS_ONCE,
     EXACT,

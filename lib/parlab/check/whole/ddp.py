@@ -29,11 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from parlab.check import (
+from parlab.check._compare import fail
+from parlab.check._harness import (
     CHECK_TIMEOUT_S,
     call_learner,
     exercise,
-    fail,
     not_reference,
     refuse_in_rank,
     run_checked,

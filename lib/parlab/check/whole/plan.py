@@ -24,7 +24,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from parlab.check import call_learner, exercise, expect_type, fail, not_reexport
+from parlab.check._compare import expect_type, fail
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.whole.common import KEY_PLAN
 
 PARTS = ("weights", "gradients", "optimizer state", "activations")

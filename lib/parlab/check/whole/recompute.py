@@ -34,15 +34,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from parlab.check import (
-    assert_close,
-    call_learner,
-    exercise,
-    expect_type,
-    fail,
-    not_reexport,
-    randomize_parameters,
-)
+from parlab.check._compare import assert_close, expect_type, fail, randomize_parameters
+from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.whole.common import KEY_RECOMPUTE
 
 B, S, H, A = 2, 20, 24, 3

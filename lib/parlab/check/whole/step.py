@@ -31,7 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parlab.check import call_learner, exercise, fail, not_reexport, refuse_in_rank, run_checked
+from parlab.check._compare import fail
+from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 from parlab.check.whole.common import DDP_NEEDS, KEY_TRAIN, CallLog, ddp_references
 
 LR = {"adamw": 3e-3, "sgd": 0.5}

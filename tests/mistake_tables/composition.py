@@ -1,0 +1,95 @@
+"""Module 07. Every check runs as its test cell does, visible and hidden calls (the hidden
+ones pass quiet=True: all the cases, or for the checks on ranks the hidden sizes), on T = 4
+ranks, except the capstone: check_capstone runs the visible AdamW pass only (12 steps),
+check_capstone_hidden the hidden runs (check_capstone(quiet=True): SGD, the only one that sees
+a summed gradient inside the loop, and DP 3 x TP 2). The capstone runs (8-16 s each on 2
+cores) and the build_groups hang (stopped by the check at 20 s) are marked slow. A rank-level
+message names the rank; a hang, and the capstone's losses (global means, the same on every
+rank: compared with the single device), name none."""
+
+from mistakes import Table
+
+from parlab.check import capstone as capcheck
+from parlab.check import composition as compcheck
+
+T = 4  # ranks of build_groups; the capstone and sync_gradients checks always run on 4
+CHECKS = {
+    "check_axis_groups": lambda ns, t: compcheck.check_axis_groups(ns.axis_groups, quiet=True),
+    "check_build_groups": lambda ns, t: (
+        compcheck.check_build_groups(ns.build_groups, world_size=t),
+        compcheck.check_build_groups(ns.build_groups, world_size=t, quiet=True)),
+    "check_placement": lambda ns, t: compcheck.check_placement(
+        ns.nodes_spanned, ns.bytes_per_step, quiet=True),
+    "check_fit_state": lambda ns, t: compcheck.check_fit_state(ns.fit_state, quiet=True),
+    "check_tp_vs_pp": lambda ns, t: compcheck.check_tp_vs_pp(ns.tp_vs_pp, quiet=True),
+    "check_sync_gradients": lambda ns, t: (
+        capcheck.check_sync_gradients(ns.sync_gradients),
+        capcheck.check_sync_gradients(ns.sync_gradients, quiet=True)),
+    "check_capstone": lambda ns, t: capcheck.check_capstone(ns.train_dp_tp, quiet=False),
+    "check_capstone_hidden": lambda ns, t: capcheck.check_capstone(ns.train_dp_tp, quiet=True),
+}
+TABLE = Table(
+    module="07_composition",
+    answers=7,
+    checks=CHECKS,
+    sizes={check: (T,) for check in CHECKS},
+    where={check: ("rank ",) for check in (
+        "check_build_groups", "check_sync_gradients", "check_capstone",
+        "check_capstone_hidden")},
+    where_exempt=("hung", "single device"),
+    slow_checks=frozenset({"check_capstone", "check_capstone_hidden"}),
+    slow_entries=frozenset({"own_groups_only"}),  # hangs until the check's 20 s timeout
+    required=frozenset({
+        "tp_outermost", "own_groups_only", "pp_bytes_without_sp", "summed_gradients",
+        "world_group_sync", "blocks_not_split", "same_rows_every_rank", "summed_inside_loop",
+        # issue 16: sizes other than 2, TP groups that straddle nodes, the course's own
+        # formulas wrapped, hints that name both mistakes giving the same ratio
+        "dp_groups_of_two", "consecutive_groups_fill_nodes", "sync_divides_by_two",
+        "dp_rank_from_dp", "bytes_calls_costs", "tp_vs_pp_calls_costs",
+        "tp_bytes_forward_only", "layer_bytes_forward_only"}),
+    refusal="the course's own|parlab.capstone's",
+    reexports={
+        "wrapped_axis_groups": ("check_axis_groups", """
+            import parlab.mesh
+            def axis_groups(world_size, sizes, axis):
+                return parlab.mesh.make_mesh(world_size, **sizes).groups(axis)
+        """),
+        "wrapped_build_groups": ("check_build_groups", """
+            from parlab.mesh import make_mesh, new_groups
+            def build_groups(sizes):
+                mesh = make_mesh(dist.get_world_size(), **sizes)
+                return new_groups(mesh, axes=tuple(sizes))
+        """),
+        "wrapped_nodes_spanned": ("check_placement", """
+            import types
+            import parlab.plan.costs
+            def nodes_spanned(groups, gpus_per_node):
+                grid = torch.tensor(groups).view(len(groups), 1, 1, 1, -1)  # lines along "tp"
+                mesh = types.SimpleNamespace(grid=grid)
+                return parlab.plan.nodes_spanned(mesh, ("tp",), gpus_per_node)
+        """),
+        "alias_sync": ("check_sync_gradients", "from parlab.capstone import sync_gradients"),
+        "wrapped_fit_state": ("check_fit_state", """
+            from parlab import costs
+            def fit_state(n_params, n_gpus, gpu_bytes, gpus_per_node):
+                replica = costs.training_state_bytes(n_params, "ddp", 1)
+                return {"replica_bytes": replica, "dp_fits": replica <= gpu_bytes,
+                        "zero3_bytes": costs.training_state_bytes(n_params, "zero3", n_gpus),
+                        "tp": gpus_per_node, "dp": n_gpus // gpus_per_node,
+                        "tp_only_bytes": replica / gpus_per_node}
+        """),
+        "wrapped_bytes_per_step": ("check_placement", """
+            from parlab.plan import Model, Shape, axis_bytes
+            def bytes_per_step(n_params, layers, hidden, seq, *, b, m, tp, pp, dp):
+                model = Model("mine", n_params, layers, hidden, 64, seq)
+                out = axis_bytes(model, Shape(dp, pp, 1, 1, tp), strategy="ddp",
+                                 micro_batch=b, microbatches=m)
+                return {axis: out[axis] for axis in ("tp", "pp", "dp")}
+        """),
+        "wrapped_train": ("check_capstone", """
+            def train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None):
+                return train_parallel(cfg, steps, dp=dp, tp=tp, batch_size=batch_size, lr=lr,
+                                      progress_file=progress_file)
+        """),
+    },
+)

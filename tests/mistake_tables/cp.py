@@ -1,0 +1,76 @@
+"""Module 05. The rank checks run on 2, 3 and 4 ranks with a 5 s launcher timeout here, so
+the deadlock costs 5 s, not 20 (tests/test_mistakes_extra.py runs it once under the checks'
+own timeout); a mistake must be caught within TIMEOUT + 10 s. An entry's WORLD_SIZES names
+the only sizes it fails on (a ring that is right on 2 ranks, where both neighbours are one
+rank)."""
+
+from mistakes import Table
+
+from parlab.check import cp as cpcheck
+
+TIMEOUT = 5.0
+ON_RANKS = ("check_ring_forward", "check_ring_backward", "check_layouts", "check_ulysses")
+TABLE = Table(
+    module="05_context_parallel",
+    answers=5,
+    checks={
+        "check_merge": lambda ns, t: cpcheck.check_merge(ns.merge, quiet=True),
+        "check_ring_forward": lambda ns, t: cpcheck.check_ring_forward(
+            ns.ring_attention, world_size=t, timeout=TIMEOUT, quiet=True),
+        "check_ring_backward": lambda ns, t: cpcheck.check_ring_backward(
+            ns.ring_attention_backward, world_size=t, timeout=TIMEOUT, quiet=True),
+        "check_layouts": lambda ns, t: cpcheck.check_layouts(
+            ns.layout_positions, world_size=t, timeout=TIMEOUT, quiet=True),
+        "check_ulysses": lambda ns, t: cpcheck.check_ulysses(
+            ns.seq_to_heads, ns.heads_to_seq, world_size=t, timeout=TIMEOUT, quiet=True),
+    },
+    sizes={check: (2, 3, 4) for check in ON_RANKS},
+    where={check: ("rank ",) for check in ON_RANKS},
+    where_exempt=("did not finish",),  # a hang: every rank waits, none is to blame
+    max_seconds=TIMEOUT + 10,
+    required=frozenset({"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block",
+                        "recv_before_send", "a2a_wrong_dimension"}),
+    reexports={
+        "merge_alias": ("check_merge", "from parlab.cp import merge_partials as merge"),
+        "merge_wrapper": ("check_merge", """
+            import parlab.cp
+            def merge(out_a, lse_a, out_b, lse_b):
+                return parlab.cp.merge_partials(out_a, lse_a, out_b, lse_b)
+        """),
+        "ring_alias": ("check_ring_forward",
+                       "from parlab.cp.ring import ring_attention_forward as ring_attention"),
+        "ring_wrapper": ("check_ring_forward", """
+            import parlab.cp.ring
+            def ring_attention(q, k, v, pos, *, causal):
+                return parlab.cp.ring_attention_forward(q, k, v, pos, causal=causal)
+        """),
+        "ring_function_wrapper": ("check_ring_forward", """
+            from parlab.cp import RingAttention
+            def ring_attention(q, k, v, pos, *, causal):
+                out = RingAttention.apply(q, k, v, pos, causal)
+                return out, torch.zeros(q.shape[:-1])
+        """),
+        "backward_wrapper": ("check_ring_backward", """
+            from parlab.cp import ring_attention_backward as reference_backward
+            def ring_attention_backward(q, k, v, out, lse, dout, pos, *, causal):
+                return reference_backward(q, k, v, out, lse, dout, pos, causal=causal)
+        """),
+        "layout_alias": ("check_layouts", "from parlab.cp.layout import layout_positions"),
+        "layout_wrapper": ("check_layouts", """
+            import parlab.cp.layout
+            def layout_positions(layout, rank, world_size, seq_len):
+                return parlab.cp.layout_positions(layout, rank, world_size, seq_len)
+        """),
+        "ulysses_alias": ("check_ulysses", "from parlab.cp import seq_to_heads"),
+        "ulysses_wrapper": ("check_ulysses", """
+            import parlab.cp
+            def seq_to_heads(x):
+                return parlab.cp.seq_to_heads(x)
+        """),
+        "ulysses_layer_wrapper": ("check_ulysses", """
+            from parlab.cp import ulysses
+            def heads_to_seq(y):
+                return ulysses.heads_to_seq(y)
+        """),
+    },
+)

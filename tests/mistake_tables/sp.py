@@ -1,0 +1,93 @@
+"""Module 03. Every check runs on 2 and 4 ranks for the mistakes, 2, 3 and 4 for the
+solutions; a rank-level comparison names the rank, a byte formula (checked in the kernel)
+the call."""
+
+from mistakes import Table
+
+from parlab.check import sp as spcheck
+
+CHECKS = {
+    "check_sp_pair": lambda ns, t: spcheck.check_sp_pair(ns.gather_seq, ns.reduce_scatter_seq,
+                                                         world_size=t, quiet=True),
+    "check_sp_dropout": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
+                                                               quiet=True),
+    "check_sp_block": lambda ns, t: spcheck.check_sp_block(ns.SPBlock, world_size=t, quiet=True),
+    "check_sp_bytes": lambda ns, t: spcheck.check_sp_bytes(ns.SPBlock, ns.sp_layer_bytes,
+                                                           world_size=t, quiet=True),
+    "check_saved_bytes": lambda ns, t: spcheck.check_saved_bytes(ns.saved_bytes, world_size=t,
+                                                                 quiet=True),
+}
+TABLE = Table(
+    module="03_sequence_parallel",
+    answers=5,
+    checks=CHECKS,
+    sizes={check: (2, 4) for check in CHECKS},
+    solution_sizes={check: (2, 3, 4) for check in CHECKS},
+    where={check: ("rank ", "sp_layer_bytes(b=") for check in CHECKS},
+    required=frozenset({
+        "gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank",  # issue 6
+        "dropout_scale_over_p", "dropout_in_place", "fresh_layernorm",  # issue 16
+        "hardcoded_hidden", "sp_bytes_no_dtype"}),
+    reexports={
+        "alias_block": ("check_sp_block", "from parlab.tp.block import SPBlock"),
+        "subclass_block": ("check_sp_block", """
+            import parlab.tp.block
+            class SPBlock(parlab.tp.SPBlock):
+                pass
+        """),
+        "wrapped_block": ("check_sp_block", """
+            import parlab.tp.block
+            class SPBlock(nn.Module):
+                def __init__(self, block):
+                    super().__init__()
+                    self.inner = parlab.tp.SPBlock.from_block(block)
+                    for name in ("ln1", "ln2", "qkv", "proj", "fc1", "fc2"):
+                        setattr(self, name, getattr(self.inner, name))
+                def forward(self, x, generator):
+                    return self.inner(x, generator)
+                def reduce_replicated_grads(self):
+                    self.inner.allreduce_sequence_parallel_grads()
+        """),
+        "alias_gather": ("check_sp_pair", "from parlab.tp import "
+                         "gather_from_sequence_parallel_region as gather_seq"),
+        "wrapped_gather": ("check_sp_pair", """
+            import parlab.tp
+            def all_gather_sequence(x):
+                return parlab.tp.gather_from_sequence_parallel_region(x)
+        """),
+        "wrapped_dropout": ("check_sp_dropout", """
+            import parlab.tp
+            def sp_dropout(x, p_drop, generator):
+                return parlab.tp.sequence_parallel_dropout(x, p_drop=p_drop, generator=generator)
+        """),
+        "wrapped_grads": ("check_sp_block", """
+            import parlab.tp
+            def reduce_replicated_grads(self):
+                parlab.tp.allreduce_sequence_parallel_grads(
+                    [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias,
+                     self.fc2.bias])
+            SPBlock.reduce_replicated_grads = reduce_replicated_grads
+        """),
+        "alias_saved_bytes": ("check_saved_bytes", "from parlab.costs.activations import "
+                              "saved_tensor_bytes as saved_bytes"),
+        "wrapped_saved_bytes": ("check_saved_bytes", """
+            import parlab.costs.activations
+            def saved_bytes(fn, *args, exclude=()):
+                return parlab.costs.saved_tensor_bytes(fn, *args, exclude=exclude)
+        """),
+        "alias_sp_bytes": ("check_sp_bytes",
+                           "from parlab.tp import sp_bytes_per_layer as sp_layer_bytes"),
+        "wrapped_sp_bytes": ("check_sp_bytes", """
+            import parlab.tp
+            def sp_layer_bytes(b, s, h, t, dtype_bytes=2):
+                return parlab.tp.sp_bytes_per_layer(b, s, h, t, dtype_bytes)
+        """),
+        "ring_helper_sp_bytes": ("check_sp_bytes", """
+            from parlab import costs
+            def sp_layer_bytes(b, s, h, t, dtype_bytes=2):
+                n = b * s * h * dtype_bytes
+                return {"all_gather": 4 * costs.ring_allgather_bytes(n, t),
+                        "reduce_scatter": 4 * costs.ring_reduce_scatter_bytes(n, t)}
+        """),
+    },
+)
