@@ -12,11 +12,12 @@ by value (cloudpickle), as the benchmark's own functions are, since a rank canno
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,28 @@ def no_debug_checks() -> None:
     before it: a cost that would blur the comparison. Call it before the first `run`: the
     ranks inherit the environment of the forkserver, which starts with the first run."""
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
+
+
+@contextlib.contextmanager
+def unwatched() -> Iterator[None]:
+    """In a rank of `parlab.launch.run`: no `parlab.comm` listener inside the block.
+
+    The launcher registers one that publishes a status line at the start and end of every
+    communication call, so that a hang can say what each rank was doing: tens of
+    microseconds a call, which a training job does not pay and which would blur the
+    comparison most where a contender makes many calls (a ring's isend/irecv at every step).
+    The listeners come back after the block (timeouts still end a hang, unexplained)."""
+    from parlab import comm
+
+    # parlab.comm has no public way to pause its listeners; its list is read at every call
+    listeners = list(comm._listeners)
+    for listener in listeners:
+        comm.remove_listener(listener)
+    try:
+        yield
+    finally:
+        for listener in listeners:
+            comm.add_listener(listener)
 
 
 def repeats_option(doc: str, *, default: int, debug_checks: bool = True) -> int:

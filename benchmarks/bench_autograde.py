@@ -9,7 +9,9 @@ call per module (`parlab.grading.autograde`: the real command line, our nbgrader
 the notebook executed with its hidden tests put back). Reported per module: the median wall
 time of the call (nbgrader's ~3 s start-up included) and the score the gradebook holds,
 which must be full marks. With --repeats N the modules take turns, N rounds; the default is
-one round, since a round grades every module (minutes on 2 cores).
+one round, since a round grades every module (minutes on 2 cores). Memory: each call runs in
+a forked process of its own, and the column shows the largest peak RSS among the processes
+it started (nbgrader, the notebook's kernel, ...; benchmarks/_memory.py), largest over rounds.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+from _memory import children_peak_rss, mib
 from _table import Table, repeats_option, setting
 
 from parlab.grading import SOLUTIONS_DIR, autograde, fake_submission, generate_release, list_modules
@@ -57,20 +60,23 @@ def main() -> None:
         modules = prepare(root)
         seconds: dict[str, list[float]] = {m: [] for m in modules}
         scores: dict[str, tuple[float | None, float]] = {}
+        peaks: dict[str, int] = dict.fromkeys(modules, 0)
         for i in range(repeats):
             for module in modules if i % 2 == 0 else modules[::-1]:
-                took, score, total = grade(root, module)
+                (took, score, total), peak = children_peak_rss(
+                    lambda module=module: grade(root, module))
                 seconds[module].append(took)
                 scores[module] = (score, total)
+                peaks[module] = max(peaks[module], peak)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     table = Table(setting("nbgrader autograde of one fully answered submission per module, "
-                          "wall seconds per call", repeats),
-                  ["module", "autograde s", "score", "full marks"])
+                          "wall seconds per call, peak RSS MiB of its largest process", repeats),
+                  ["module", "autograde s", "score", "full marks", "peak RSS MiB"])
     for module in modules:
         score, total = scores[module]
         table.add(module, f"{statistics.median(seconds[module]):.1f}", f"{score} / {total}",
-                  "yes" if score == total else "NO")
+                  "yes" if score == total else "NO", mib(peaks[module]))
     table.emit("autograde")
     if any(score != total for score, total in scores.values()):
         raise SystemExit("a fully answered submission did not get full marks (table above)")

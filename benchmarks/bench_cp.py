@@ -3,26 +3,31 @@
     make bench        or        .venv/bin/python benchmarks/bench_cp.py [--repeats 10]
 
 On W = 2 and 4 gloo ranks (parlab.launch.run) every rank draws the same seeded q, k, v of
-shape (B, H, T, D) and keeps the T/W tokens its layout gives it (`parlab.cp.layout`). Three
+shape (B, H, T, D) and keeps the T/W tokens its layout gives it (`parlab.cp.layout`). Two
 ways to compute its queries' attention over the whole sequence:
 
-- ring: `parlab.cp.ring_attention`, K/V blocks passed round the ring with isend/irecv,
-  each step's transfer hidden behind the previous block's compute, partials merged by their
-  log-sum-exps; fully masked causal blocks skipped;
-- gather+SDPA: every rank gathers all K and V (backward: a reduce-scatter sums their
-  gradients back to their owners), then one `F.scaled_dot_product_attention` over the whole
-  sequence (causal: a mask from positions);
-- gather+block: the same gather, then the ring's own kernel (`parlab.cp.block_attention`)
-  on the one (n, T) block, differentiated by autograd: the same maths as the ring without
-  the ring, which separates what the ring costs from what the kernel costs.
+- ring: `parlab.cp.ring_attention`, K/V blocks passed round the ring with isend/irecv, each
+  step's transfer flying while the current block computes, partials merged by their
+  log-sum-exps. Each block goes through PyTorch's fused flash-attention kernel
+  (`parlab.cp.fused`): full, causal-diagonal (`is_causal`) or skipped, cut to the rows and keys
+  the layout's mask leaves;
+- gather+SDPA: every rank all-gathers K and V (backward: a reduce-scatter sums their
+  gradients back to their owners), then one `F.scaled_dot_product_attention` of its queries
+  over the whole sequence (causal: a mask from positions).
 
-Causal and not; causal with the contiguous layout (the last rank has about 2W-1 times the
-first one's work, and the ring waits for it) and the balanced zigzag one. The ring skips only
-fully masked blocks, and zigzag has none: every rank computes all W blocks, partly masked.
-An iteration is forward and backward with a fixed output gradient. All three must first agree
-(output, dq, dk, dv within 1e-5, relative); then they take turns (benchmarks/_table.py) and
-rank 0 reports medians and the ring's time over each other's.
-TORCH_DISTRIBUTED_DEBUG is OFF for all three (see `_table.no_debug_checks`).
+Every layout (contiguous, striped, zigzag), causal and not. An iteration is forward and
+backward with a fixed output gradient. Both must first agree (output, dq, dk, dv within 1e-5,
+relative); then they take turns (benchmarks/_table.py) and rank 0 reports medians and the
+ring's time over the gather's. Then fresh ranks measure the peak memory of each, of the
+forward alone (no autograd) and of an iteration (benchmarks/_memory.py: peak RSS above the
+RSS before the call; the largest over ranks is shown). The gathered version holds all W
+blocks of K and V at once, and in the backward all W blocks of their gradients; the ring
+holds its current block and the one arriving, 2/W of that, and in the backward the dK, dV
+accumulators of two blocks (the one it adds to, the one arriving). Both also hold this
+rank's queries' output and gradients, which do not shrink with W, so the ring's total is
+above 2/W of the gather's, most at W = 2.
+TORCH_DISTRIBUTED_DEBUG is OFF for both (see `_table.no_debug_checks`), and the launcher's status
+line is not updated at every communication call (`_table.unwatched`), as in a training job.
 """
 
 from __future__ import annotations
@@ -34,36 +39,46 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from _table import Table, agree, interleave, medians, ms, ratio, repeats_option, setting
+from _memory import mib, peak_above
+from _table import (
+    Table,
+    agree,
+    interleave,
+    medians,
+    ms,
+    ratio,
+    repeats_option,
+    setting,
+    unwatched,
+)
 from torch import Tensor
 
-from parlab.cp import block_attention, position_table, ring_attention
+from parlab.cp import LAYOUTS, position_table, ring_attention
 from parlab.launch import run
 
 B, H, T, D = 1, 4, 1024, 64
-CASES = [("contiguous", False), ("contiguous", True), ("zigzag", True)]  # (layout, causal)
+CASES = [(layout, causal) for causal in (False, True) for layout in LAYOUTS]
 TOLERANCE = 1e-5
 
 
 class GatherTokens(torch.autograd.Function):
-    """Forward: all-gather the token dim, (B, H, n, D) -> (B, H, W n, D) in rank order.
-    Backward: reduce-scatter, each rank gets the sum over ranks of its own tokens' gradient.
-
-    Not torch.distributed.nn.functional.all_gather: on gloo its backward returns wrong
-    gradients when the incoming gradient is not contiguous, as SDPA's dk and dv are."""
+    """Forward: all-gather the token dim, (B, H, n, D) -> (B, H, W n, D) in rank order, into
+    one token-major buffer (no copy of the gathered tensor). Backward: reduce-scatter, each
+    rank gets the sum over ranks of its own tokens' gradient."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor) -> Tensor:
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=2)
+        local = x.permute(2, 0, 1, 3).contiguous()  # (n, B, H, D)
+        full = local.new_empty((dist.get_world_size() * local.shape[0], *local.shape[1:]))
+        dist.all_gather_single(full, local)  # (T, B, H, D)
+        return full.permute(1, 2, 0, 3)  # (B, H, T, D), a view
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
-        parts = [g.contiguous() for g in grad.chunk(dist.get_world_size(), dim=2)]
-        out = torch.empty_like(parts[0])
-        dist.reduce_scatter(out, parts)
-        return out
+        full = grad.permute(2, 0, 1, 3).contiguous()  # (T, B, H, D)
+        out = full.new_empty((full.shape[0] // dist.get_world_size(), *full.shape[1:]))
+        dist.reduce_scatter_single(out, full)  # (n, B, H, D)
+        return out.permute(1, 2, 0, 3)
 
 
 def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool) -> Tensor:
@@ -76,17 +91,8 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: 
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
-def gathered_blocks(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool) -> Tensor:
-    """All-gather K and V, then the ring's own kernel (`parlab.cp.block_attention`) on the
-    one (n, T) block, differentiated by autograd."""
-    keys, values = GatherTokens.apply(k), GatherTokens.apply(v)  # (B, H, T, D)
-    out, _ = block_attention(q, keys, values, pos[dist.get_rank()], pos.flatten(),
-                             causal=causal)
-    return out.to(q.dtype)
-
-
 CONTENDERS: dict[str, Callable[..., Tensor]] = {
-    "ring": ring_attention, "gather+SDPA": gathered_attention, "gather+block": gathered_blocks}
+    "ring": ring_attention, "gather+SDPA": gathered_attention}
 
 
 def step(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor, dout: Tensor,
@@ -98,37 +104,76 @@ def step(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor, dout: 
     return [out.detach(), q.grad, k.grad, v.grad]
 
 
-def cp_worker(layout: str, causal: bool, repeats: int) -> dict:
-    """In each rank: take this rank's tokens, check all three agree, time them in turns."""
+def _local(layout: str) -> tuple[list[Tensor], Tensor, Tensor]:
+    """This rank's tokens of the same seeded q, k, v and output gradient, and the layout."""
     world, rank = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(0)
     q, k, v, dout = (torch.randn(B, H, T, D, generator=gen) for _ in range(4))
     pos = position_table(layout, world, T)  # (W, n)
-    local = [t[:, :, pos[rank]] for t in (q, k, v)]  # (B, H, n, D) each
-    dout = dout[:, :, pos[rank]]
+    local = [t[:, :, pos[rank]].contiguous() for t in (q, k, v)]  # (B, H, n, D) each
+    return local, dout[:, :, pos[rank]].contiguous(), pos
+
+
+def forward_only(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor,
+                 causal: bool) -> Tensor:
+    """The forward alone, without autograd (inference, or prefill)."""
+    with torch.no_grad():
+        return attend(*local, pos, causal=causal)
+
+
+def cp_worker(layout: str, causal: bool, repeats: int) -> dict:
+    """In each rank: check both agree, then time them in turns."""
+    local, dout, pos = _local(layout)
     steps = {name: functools.partial(step, attend, local, pos, dout, causal)
              for name, attend in CONTENDERS.items()}
-    ring = steps["ring"]()
-    diff = max(agree(list(zip(ring, steps[name](), strict=True)), TOLERANCE)
-               for name in ("gather+SDPA", "gather+block"))
-    return {"diff": diff, "times": medians(interleave(steps, repeats, sync=dist.barrier))}
+    with unwatched():
+        diff = agree(list(zip(steps["ring"](), steps["gather+SDPA"](), strict=True)),
+                     TOLERANCE)
+        return {"diff": diff, "times": medians(interleave(steps, repeats, sync=dist.barrier))}
+
+
+def cp_memory_worker(layout: str, causal: bool) -> dict[str, dict[str, int]]:
+    """In each rank: the peak memory of each one's forward alone and of an iteration
+    (forward and backward), benchmarks/_memory.py."""
+    local, dout, pos = _local(layout)
+    memory: dict[str, dict[str, int]] = {"forward": {}, "iteration": {}}
+    with unwatched():
+        for name, attend in CONTENDERS.items():
+            dist.barrier()
+            memory["forward"][name] = peak_above(
+                functools.partial(forward_only, attend, local, pos, causal))
+            dist.barrier()
+            memory["iteration"][name] = peak_above(
+                functools.partial(step, attend, local, pos, dout, causal))
+    return memory
+
+
+def _pair(memory: dict[str, int]) -> str:
+    """'ring / gather (ratio)' in MiB."""
+    ring, gather = memory["ring"], memory["gather+SDPA"]
+    return f"{mib(ring)} / {mib(gather)} ({ratio(ring, gather)})"
 
 
 def main() -> None:
     repeats = repeats_option(__doc__, default=10, debug_checks=False)
-    table = Table(setting(f"attention forward+backward over T={T} tokens, B={B}, H={H}, "
-                          f"D={D}, float32, ms per iteration", repeats),
+    table = Table(setting(f"attention over T={T} tokens, B={B}, H={H}, D={D}, float32 (K and "
+                          f"V of the whole sequence: {mib(2 * B * H * T * D * 4)} MiB); ms per "
+                          f"iteration (forward and backward); peak MiB per rank, ring / "
+                          f"gather+SDPA (ratio), of the forward alone and of an iteration (RSS "
+                          f"above the rank's before the call, largest rank)", repeats),
                   ["ranks W", "causal", "layout", "ring ms", "gather+SDPA ms",
-                   "gather+block ms", "ring / gather+SDPA", "ring / gather+block",
-                   "max rel. difference"])
+                   "ring / gather+SDPA", "forward MiB", "iteration MiB", "max rel. difference"])
     for world in (2, 4):
         for layout, causal in CASES:
             results = run(cp_worker, world, layout, causal, repeats, timeout=600)
             times, diff = results[0]["times"], max(r["diff"] for r in results)
+            peaks = run(cp_memory_worker, world, layout, causal, timeout=600)
+            memory = {part: {name: max(p[part][name] for p in peaks) for name in CONTENDERS}
+                      for part in ("forward", "iteration")}
             table.add(world, "yes" if causal else "no", layout,
                       *(ms(times[name]) for name in CONTENDERS),
-                      ratio(times["ring"], times["gather+SDPA"]),
-                      ratio(times["ring"], times["gather+block"]), f"{diff:.1e}")
+                      ratio(times["ring"], times["gather+SDPA"]), _pair(memory["forward"]),
+                      _pair(memory["iteration"]), f"{diff:.1e}")
     table.emit("cp")
 
 

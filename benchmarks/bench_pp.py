@@ -11,17 +11,39 @@ backward (gradients accumulated over the microbatches, scaled by 1/m in both). F
 must give the same loss and the same gradients within 1e-5 (relative); then they take turns
 (benchmarks/_table.py) and rank 0 reports the median step time and the ratio parlab / torch.
 
-TORCH_DISTRIBUTED_DEBUG is OFF for both (see `_table.no_debug_checks`), as in a training job.
+Then fresh ranks measure memory (benchmarks/_memory.py): the bytes of each rank's stage
+weights, and the peak RSS of one step above the RSS before it, largest over ranks, for both
+1F1B executors and for parlab's executor running GPipe (`make_schedule("gpipe", p, m)`, not
+timed). The weights and the previous step's gradients are in that baseline (a step frees the
+gradients first and makes new ones), so the peak is mostly the activations a stage keeps for
+its backward: 1F1B lets rank r hold at most p - r microbatches of them, GPipe all m. The
+executor's own count of microbatches held at once (its `peak`, largest over ranks) is shown
+beside the bytes.
+
+TORCH_DISTRIBUTED_DEBUG is OFF for both (see `_table.no_debug_checks`), and the launcher's status
+line is not updated at every communication call (`_table.unwatched`), as in a training job.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from _table import Table, agree, interleave, medians, ms, ratio, repeats_option, setting
+from _memory import mib, peak_above
+from _table import (
+    Table,
+    agree,
+    interleave,
+    medians,
+    ms,
+    ratio,
+    repeats_option,
+    setting,
+    unwatched,
+)
 from torch import Tensor, nn
 
 from parlab.launch import run
@@ -32,11 +54,15 @@ DTYPE = torch.float32
 TOLERANCE = 1e-5
 
 
-def parlab_step(ctx: StageContext, schedule: list) -> float | None:
-    """One 1F1B step of parlab's executor; the loss on the last rank, else None."""
+def parlab_step(ctx: StageContext, schedule: list, held: list[float] | None = None
+                ) -> float | None:
+    """One step of parlab's executor; the loss on the last rank, else None. `held` gets the
+    executor's count of microbatches whose activations it held at once."""
     ctx.stage.zero_grad(set_to_none=True)
     ctx.losses.clear()
-    execute(schedule, ctx)
+    _, peak = execute(schedule, ctx)
+    if held is not None:
+        held.append(peak)
     return float(sum(ctx.losses)) if ctx.is_last else None
 
 
@@ -65,36 +91,70 @@ def difference(ours: nn.Module, theirs: nn.Module, losses: tuple) -> float:
     return agree(pairs, TOLERANCE)
 
 
-def pp_worker(repeats: int) -> dict:
-    """In each rank: build both pipelines from the same stage, check, time them in turns."""
+def _pipelines() -> tuple[StageContext, nn.Module, Any, tuple[Tensor, Tensor]]:
+    """This rank's stage in parlab's context, a copy in torch's Schedule1F1B, and the data."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     rank, p = dist.get_rank(), dist.get_world_size()
     ctx, _ = make_context(p, MICROBATCHES, 1, n_layers=LAYERS, width=WIDTH, batch=BATCH,
                           dtype=DTYPE)
-    schedule = make_schedule("1f1b", p, MICROBATCHES)
     data = make_data(BATCH, WIDTH, dtype=DTYPE)
     theirs = copy.deepcopy(ctx.stage)
     pipe = Schedule1F1B(PipelineStage(theirs, rank, p, torch.device("cpu")), MICROBATCHES,
                         loss_fn=F.mse_loss)
+    return ctx, theirs, pipe, data
+
+
+def pp_worker(repeats: int) -> dict:
+    """In each rank: build both pipelines from the same stage, check, time them in turns."""
+    ctx, theirs, pipe, data = _pipelines()
+    schedule = make_schedule("1f1b", dist.get_world_size(), MICROBATCHES)
     steps = {"parlab": lambda: parlab_step(ctx, schedule),
              "torch": lambda: torch_step(pipe, theirs, data)}
-    diff = difference(ctx.stage, theirs, (steps["parlab"](), steps["torch"]()))
-    return {"diff": diff, "times": medians(interleave(steps, repeats, sync=dist.barrier))}
+    with unwatched():
+        diff = difference(ctx.stage, theirs, (steps["parlab"](), steps["torch"]()))
+        return {"diff": diff, "times": medians(interleave(steps, repeats, sync=dist.barrier))}
+
+
+def pp_memory_worker() -> dict:
+    """In each rank: stage weight bytes; peak memory and microbatches held of each step."""
+    ctx, theirs, pipe, data = _pipelines()
+    p = dist.get_world_size()
+    held: dict[str, list[float]] = {"1F1B": [], "GPipe": []}
+    steps = {"parlab": lambda: parlab_step(ctx, make_schedule("1f1b", p, MICROBATCHES),
+                                           held["1F1B"]),
+             "torch": lambda: torch_step(pipe, theirs, data),
+             "GPipe": lambda: parlab_step(ctx, make_schedule("gpipe", p, MICROBATCHES),
+                                          held["GPipe"])}
+    peaks = {}
+    with unwatched():
+        for name, fn in steps.items():
+            dist.barrier()
+            peaks[name] = peak_above(fn)
+    weights = sum(t.untyped_storage().nbytes() for t in ctx.stage.parameters())
+    return {"peak": peaks, "held": {k: max(v) for k, v in held.items()}, "weights": weights}
 
 
 def main() -> None:
     repeats = repeats_option(__doc__, default=10, debug_checks=False)
     table = Table(setting(f"1F1B pipeline step, {LAYERS} layers of width {WIDTH}, batch "
-                          f"{BATCH} in m={MICROBATCHES} microbatches, float32, ms per step",
+                          f"{BATCH} in m={MICROBATCHES} microbatches, float32, ms per step; "
+                          f"stage weights MiB per rank, peak MiB per rank of a step (RSS above "
+                          f"the rank's before it, largest rank) and microbatches held at once",
                           repeats),
                   ["ranks p", "parlab execute ms", "torch Schedule1F1B ms", "parlab / torch",
-                   "max rel. difference"])
+                   "weights MiB per rank", "parlab 1F1B peak MiB", "torch 1F1B peak MiB",
+                   "parlab GPipe peak MiB", "held 1F1B / GPipe", "max rel. difference"])
     for p in (2, 4):
         results = run(pp_worker, p, repeats, timeout=600)
         times, diff = results[0]["times"], max(r["diff"] for r in results)
+        memory = run(pp_memory_worker, p, timeout=600)
+        peak = {name: max(r["peak"][name] for r in memory) for name in memory[0]["peak"]}
+        held = {name: max(r["held"][name] for r in memory) for name in ("1F1B", "GPipe")}
         table.add(p, ms(times["parlab"]), ms(times["torch"]), ratio(times["parlab"],
-                  times["torch"]), f"{diff:.1e}")
+                  times["torch"]), mib(max(r["weights"] for r in memory)),
+                  mib(peak["parlab"]), mib(peak["torch"]), mib(peak["GPipe"]),
+                  f"{held['1F1B']:g} / {held['GPipe']:g}", f"{diff:.1e}")
     table.emit("pp")
 
 

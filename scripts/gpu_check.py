@@ -13,7 +13,14 @@
    for every run of at most as many ranks as GPUs. Pass means no cell raised. Each notebook
    gets at most NOTEBOOK_S seconds and the whole check `--budget` seconds: a notebook still
    running is killed with everything it started, and what the budget cannot reach is skipped.
-3. One summary table (markdown), printed and written to artifacts/gpu_check.md.
+3. One profiler trace per module (`trace_part`): a small job of that module's parallelism
+   (module 00's collectives; one training step of `parlab.compose` laid out as that module
+   splits the model: DP, TP, TP+SP, PP, CP, EP, then DP × PP × TP) run through
+   `parlab.launch.run(..., trace=)` on two ranks, NCCL, so that the trace holds the GPUs'
+   kernels and copies beside the CPU ranges (`parlab.timeline.profiled(cuda=True)`). Each
+   lands in artifacts/traces/<module>.json, for Perfetto; its row counts the ranks' rows, the
+   ranges and the CUDA kernels. With one GPU only a one-rank step is traced.
+4. One summary table (markdown), printed and written to artifacts/gpu_check.md.
 
 On a machine without CUDA it says what it needs and exits 0. Otherwise the exit status is 1
 when a notebook failed or was skipped for time, else 0.
@@ -31,12 +38,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
+import cloudpickle
 import torch
+import torch.distributed as dist
+from torch.profiler import record_function
 
 from parlab import costs
+from parlab.compose import Plan, train
 from parlab.costs.roofline import (
     Timing,
     copy_bytes,
@@ -47,6 +58,9 @@ from parlab.costs.roofline import (
     timing_row,
 )
 from parlab.grading import SOLUTIONS_DIR, kill_kernel_tree, list_modules
+from parlab.launch import run
+from parlab.model import LlamaConfig
+from parlab.timeline import load
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("The GPU check needs CUDA, and this machine has none: nothing to measure. On a GPU "
@@ -66,6 +80,11 @@ errors = [f"cell {i}: {e[0]}: {e[1][:200]}" for i, c in enumerate(nb.cells)
           if c.cell_type == "code" and (e := cell_error(c))]
 print(json.dumps(errors))
 """
+TRACE_S = 60.0  # the most one traced job may take
+COLLECTIVE_BYTES = 2**22  # 4 MiB per collective in module 00's trace
+
+if __name__ in sys.modules and __name__ != "__main__":  # imported: ranks cannot import it
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def cuda_seconds(fn: Callable[[], object], repeats: int = 10, warmup: int = 3) -> float:
@@ -175,6 +194,73 @@ def notebook_part(gpus: int, deadline: float) -> list:
     return rows
 
 
+def traced_collectives(nbytes: int) -> int:
+    """Module 00's job: one of each collective, each inside a range named after it."""
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    world = dist.get_world_size()
+    x = torch.ones(nbytes // 4, device=device)
+    out = torch.empty(world * x.numel(), device=device)
+    for name, call in (("all_reduce", lambda: dist.all_reduce(x)),
+                       ("all_gather", lambda: dist.all_gather_into_tensor(out, x)),
+                       ("reduce_scatter", lambda: dist.reduce_scatter_tensor(x, out)),
+                       ("broadcast", lambda: dist.broadcast(x, src=0))):
+        with record_function(f"{name} {nbytes / 2**20:g} MiB"):
+            call()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return dist.get_rank()
+
+
+def traced_step(cfg: LlamaConfig, plan: Plan) -> int:
+    """Modules 01-07's job: one training step of the tiny Llama under `plan`."""
+    train(cfg, plan, 1, lr=3e-3)
+    return dist.get_rank()
+
+
+def trace_jobs(world: int) -> dict[str, tuple]:
+    """Per module: (job, its arguments, ranks) on `world` ranks (1 or 2); module 07's DP × PP
+    × TP takes 4 (NCCL where there are 4 GPUs, else gloo on the CPU)."""
+    dense, moe = LlamaConfig(), LlamaConfig(moe_layers=(1,))
+    if world == 1:
+        return {"one GPU": (traced_step, (dense, Plan()), 1)}
+    step = {"01_memory_and_sharding": Plan(dp=world), "02_tensor_parallel": Plan(tp=world),
+            "03_sequence_parallel": Plan(tp=world, sequence_parallel=True),
+            "04_pipeline_parallel": Plan(pp=world), "05_context_parallel": Plan(cp=world)}
+    jobs = {"00_collectives": (traced_collectives, (COLLECTIVE_BYTES,), world)}
+    jobs |= {module: (traced_step, (dense, plan), world) for module, plan in step.items()}
+    jobs["06_expert_parallel"] = (traced_step, (moe, Plan(ep=world)), world)
+    jobs["07_composition"] = (traced_step, (dense, Plan(pp=2, tp=2)), 4)
+    return jobs
+
+
+def trace_part(gpus: int, folder: Path, deadline: float, *, world: int | None = None,
+               modules: Collection[str] | None = None) -> list:
+    """Rows of part 3: one traced job per module (those named in `modules`, or all), written
+    to folder/<module>.json; `world` overrides the number of ranks (tests run 2 on a CPU)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for module, (job, args, ranks) in trace_jobs(world or min(gpus, 2)).items():
+        if modules is not None and module not in modules:
+            continue
+        if deadline - time.monotonic() < 10:
+            rows.append(("traces", module, "SKIPPED: out of time budget", ""))
+            continue
+        path, start = folder / f"{module}.json", time.perf_counter()
+        try:
+            run(job, ranks, *args, trace=path, timeout=TRACE_S)
+            tl = load(path)
+            kernels = sum(e.get("cat") == "kernel" for e in tl.events)
+            verdict = "pass" if tl.ranks == list(range(ranks)) else "FAIL: a rank has no row"
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            detail = (f"{verdict}: {ranks} rank rows, {len(tl.ranges())} ranges, {kernels} "
+                      f"CUDA kernels -> {where}")
+        except Exception as exc:  # noqa: BLE001 - one row per module, the check goes on
+            detail = f"FAIL: {type(exc).__name__}: {str(exc)[:200]}"
+        rows.append(("traces", module, detail, f"{time.perf_counter() - start:.1f}"))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check")
@@ -187,6 +273,7 @@ def main() -> int:
     rows = [("device", f"{gpus} x {torch.cuda.get_device_name(0)}",
              f"torch {torch.__version__}, CUDA {torch.version.cuda}", "")]
     rows += roofline_part(gpus) + notebook_part(gpus, deadline)
+    rows += trace_part(gpus, ROOT / "artifacts" / "traces", deadline)
     table = summary_table(rows)
     print(table)
     out = ROOT / "artifacts" / "gpu_check.md"

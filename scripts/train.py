@@ -16,26 +16,46 @@ Two nodes (run the same line on both; HOST is the first node's address, or 127.0
         --pipeline-model-parallel-size 2 --sequence-parallel --train-iters 20 --check
 
 More: --num-layers-per-virtual-pipeline-stage 1 (interleaved 1F1B), --context-parallel-size 2
-(ring attention), --num-experts 4 --expert-model-parallel-size 2 (the MoE variant).
+(ring attention), --num-experts 4 --expert-model-parallel-size 2 (the MoE variant),
+--use-distributed-optimizer (ZeRO-1: Adam's moments sharded over the data-parallel ranks).
+
+Checkpoints (module 09), Megatron's names: --save DIR --save-interval N writes a distributed
+checkpoint (torch.distributed.checkpoint) every N iterations and after the last; --load DIR
+resumes from the latest one (or --ckpt-step N's), on any grid of the same model: stop a run
+on 8 ranks and go on with 4, or with 1. Under torchrun --max-restarts K, give --save and
+--load the same DIR: when a rank dies, torchrun starts every process again, they load the
+last checkpoint, and rank 0 says which iterations were lost and are run again.
+
+    torchrun --standalone --nproc-per-node 4 --max-restarts 2 scripts/train.py \
+        --tensor-model-parallel-size 2 --train-iters 40 --save ckpt --save-interval 5 \
+        --load ckpt
 
 The training code is `parlab.compose.train`, the same the notebook and tests run through
 `parlab.launch.run`. NCCL when there is a GPU for every process of the node, gloo otherwise.
 Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
 not a terminal). --check also trains the model on one device and exits 1 when a loss of the
-first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE`.
+first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE` (on a
+resumed run: the iterations it ran, against the single device's same iterations). --trace
+PATH profiles every rank (`parlab.timeline.profiled`, CUDA kernels included under NCCL) and
+rank 0 writes one merged Chrome trace there, one row per rank, for Perfetto.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from parlab import timeline
 from parlab.compose import (
     CHECKED_STEPS,
     TOLERANCE,
@@ -45,6 +65,7 @@ from parlab.compose import (
     train,
     train_single,
 )
+from parlab.compose.resume import Checkpoints
 from parlab.model import LlamaConfig
 
 MEGATRON = "(Megatron-LM's names and meanings)"
@@ -81,9 +102,22 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument("--moe-expert-capacity-factor", type=float, default=None)
     model.add_argument("--lr", type=float, default=3e-3)
     model.add_argument("--seed", type=int, default=LlamaConfig.seed)
+    model.add_argument("--use-distributed-optimizer", action="store_true",
+                       help="ZeRO-1: Adam's state sharded over the data-parallel ranks")
+    ckpt = p.add_argument_group("checkpoints " + MEGATRON)
+    ckpt.add_argument("--save", default=None, help="directory to save checkpoints to")
+    ckpt.add_argument("--save-interval", type=int, default=None,
+                      help="save every N iterations (and after the last)")
+    ckpt.add_argument("--load", default=None,
+                      help="directory to resume from (its latest checkpoint); none there: "
+                      "start from iteration 0")
+    ckpt.add_argument("--ckpt-step", type=int, default=None,
+                      help="load this iteration's checkpoint instead of the latest")
     ours = p.add_argument_group("this course's own")
     ours.add_argument("--cp-layout", default="zigzag", choices=["contiguous", "zigzag"],
                       help="the positions a CP rank holds (Megatron: zigzag)")
+    ours.add_argument("--trace", metavar="PATH", default=None,
+                      help="profile every rank; rank 0 writes one merged Chrome trace to PATH")
     ours.add_argument("--check", action="store_true",
                       help="also train on one device; exit 1 if a loss differs > TOLERANCE")
     return p
@@ -115,7 +149,8 @@ def plan_from_args(args: argparse.Namespace, world_size: int) -> tuple[LlamaConf
     plan = Plan(dp=dp // ep, pp=pp, tp=tp, cp=cp, ep=ep, sequence_parallel=args.sequence_parallel,
                 virtual=v, schedule="interleaved_1f1b" if v > 1 else "1f1b",
                 micro_batch_size=args.micro_batch_size,
-                global_batch_size=args.global_batch_size, layout=args.cp_layout)
+                global_batch_size=args.global_batch_size, layout=args.cp_layout,
+                distributed_optimizer=args.use_distributed_optimizer)
     check_plan(cfg, plan, world_size=world_size)
     return cfg, plan
 
@@ -135,53 +170,117 @@ def progress(total: int, tokens_per_step: int):
     return on_step
 
 
-def check(cfg: LlamaConfig, plan: Plan, losses: list[float], lr: float) -> int:
-    """Rank 0: the single-device run beside this one; the exit status."""
-    single = train_single(cfg, len(losses), global_batch_size=plan.global_batch_size, lr=lr,
-                          device=rank_device())
+def check(cfg: LlamaConfig, plan: Plan, losses: list[float], lr: float, first: int = 0) -> int:
+    """Rank 0: the single-device run beside this one (its iterations first+1.. when this
+    run resumed at `first`); the exit status."""
+    single = train_single(cfg, first + len(losses), global_batch_size=plan.global_batch_size,
+                          lr=lr, device=rank_device())[first:]
     gaps = [abs(a - b) for a, b in zip(single, losses, strict=True)]
-    worst = max(gaps[:CHECKED_STEPS], default=0.0)
+    checked = max(0, min(len(gaps), CHECKED_STEPS - first))
+    worst = max(gaps[:checked], default=0.0)
     ok = worst <= TOLERANCE
-    print(f"check: largest |single - parallel| = {worst:.1e} over the first "
-          f"{min(len(gaps), CHECKED_STEPS)} iterations, tolerance {TOLERANCE:.0e}: "
-          f"{'OK' if ok else 'FAILED'}")
-    if len(gaps) > CHECKED_STEPS:
+    which = (f"the first {checked} iterations" if not first else
+             f"iterations {first + 1}-{first + checked} (resumed after {first})")
+    print(f"check: largest |single - parallel| = {worst:.1e} over {which}, tolerance "
+          f"{TOLERANCE:.0e}: {'OK' if ok else 'FAILED'}")
+    if len(gaps) > checked:
         print(f"(after iteration {CHECKED_STEPS} rounding differences grow, not checked: "
-              f"largest {max(gaps[CHECKED_STEPS:]):.1e})")
+              f"largest {max(gaps[checked:]):.1e})")
     return 0 if ok else 1
+
+
+def report_restart() -> None:
+    """Rank 0, at start: which restart this is of how many torchrun allows."""
+    count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    most = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    if count == 0 or dist.get_rank() != 0:
+        return
+    last = (": the last one torchrun allows, a further failure ends the run" if count >= most
+            else "")
+    print(f"restart {count} of {most} (torchrun --max-restarts){last}", flush=True)
+
+
+def _attempt_store(timeout: timedelta) -> dist.Store | None:
+    """Under torchrun, the store of this attempt: torchrun's own (hosted by its agent), its
+    keys prefixed by the restart count. A restarted group on the unprefixed store can read
+    the addresses the dead attempt's processes left there and fail to connect (measured:
+    "Gloo connectFullMesh failed ... Connection refused" after every restart)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"/parlab/attempt_{attempt}", store)
 
 
 def init_distributed() -> None:
     """NCCL when there is a GPU for every process on this node, gloo otherwise."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    dist.init_process_group("nccl" if 0 < local <= gpus else "gloo",
-                            timeout=timedelta(minutes=5))
+    backend, timeout = "nccl" if 0 < local <= gpus else "gloo", timedelta(minutes=5)
+    store = _attempt_store(timeout)
+    if store is None:
+        dist.init_process_group(backend, timeout=timeout)
+    else:
+        dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+
+
+@contextlib.contextmanager
+def traced(path: str | None) -> Iterator[None]:
+    """--trace PATH: each rank profiled into its own file; after the run the files travel to
+    rank 0 (gather_object: the ranks may sit on different nodes), which merges them."""
+    if path is None:
+        yield
+        return
+    rank = dist.get_rank()
+    with tempfile.TemporaryDirectory(prefix="parlab-trace-") as tmp:
+        part = Path(tmp) / f"rank{rank}.json"
+        with timeline.profiled(part, cuda=dist.get_backend() == "nccl"):
+            yield
+        parts: list[str | None] | None = [None] * dist.get_world_size() if rank == 0 else None
+        dist.gather_object(part.read_text(), parts, dst=0)
+        if parts is not None:
+            files = [Path(tmp) / f"part{r}.json" for r in range(len(parts))]
+            for file, text in zip(files, parts, strict=True):
+                file.write_text(text or "")
+            timeline.merge(files, path)
+            print(f"trace of {len(files)} ranks: {path}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     init_distributed()
+    # An exception ends this process without a barrier: the others may be inside a collective
+    # it never joins; they fail when its connections close, and torchrun restarts the group.
+    cfg, plan = plan_from_args(args, dist.get_world_size())
+    if dist.get_rank() == 0:
+        nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        axes = " × ".join(f"{a} {n}" for a, n in (("DP", plan.dp * plan.ep), (
+            "PP", plan.pp), ("TP", plan.tp), ("CP", plan.cp), ("EP", plan.ep)) if n > 1)
+        print(f"{dist.get_backend()}, {dist.get_world_size()} ranks on {nodes} node(s): "
+              f"{axes or 'one rank'}{' with SP' if plan.sequence_parallel else ''}"
+              f"{' with ZeRO-1' if plan.distributed_optimizer else ''}, "
+              f"{plan.schedule}, {args.train_iters} iterations", flush=True)
+    report_restart()
+    ckpt = Checkpoints(save=args.save, interval=args.save_interval, load=args.load,
+                       step=args.ckpt_step, log=lambda line: print(line, flush=True))
+    start = time.perf_counter()
+    bar = progress(args.train_iters, plan.global_batch_size * cfg.seq)
+    with traced(args.trace):
+        losses = train(cfg, plan, args.train_iters, lr=args.lr, checkpoints=ckpt, on_step=bar)
     status = 0
-    try:
-        cfg, plan = plan_from_args(args, dist.get_world_size())
-        if dist.get_rank() == 0:
-            nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            axes = " × ".join(f"{a} {n}" for a, n in (("DP", plan.dp * plan.ep), (
-                "PP", plan.pp), ("TP", plan.tp), ("CP", plan.cp), ("EP", plan.ep)) if n > 1)
-            print(f"{dist.get_backend()}, {dist.get_world_size()} ranks on {nodes} node(s): "
-                  f"{axes or 'one rank'}{' with SP' if plan.sequence_parallel else ''}, "
-                  f"{plan.schedule}, {args.train_iters} iterations", flush=True)
-        start = time.perf_counter()
-        losses = train(cfg, plan, args.train_iters, lr=args.lr,
-                       on_step=progress(args.train_iters, plan.global_batch_size * cfg.seq))
-        if dist.get_rank() == 0:
-            print(f"trained in {time.perf_counter() - start:.1f} s", flush=True)
-            if args.check:
-                status = check(cfg, plan, losses, args.lr)
-    finally:
-        dist.barrier()  # destroy right after the last collective can abort (NOTES.md)
-        dist.destroy_process_group()
+    if dist.get_rank() == 0:
+        print(f"trained in {time.perf_counter() - start:.1f} s", flush=True)
+        first = ckpt.resumed.position.step if ckpt.resumed else 0
+        resumed_data = ckpt.resumed.position.consumed_samples if ckpt.resumed else 0
+        if args.check and resumed_data != first * plan.global_batch_size:
+            print("check: skipped, the run resumed at another data position than the "
+                  "single device's (another --global-batch-size)")
+        elif args.check:
+            status = check(cfg, plan, losses, args.lr, first)
+    dist.barrier()  # destroy right after the last collective can abort (NOTES.md)
+    dist.destroy_process_group()
     return status
 
 

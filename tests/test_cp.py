@@ -1,4 +1,5 @@
-"""parlab.cp, cp_layout, cp_ring, cp_measure: context parallelism against independent references.
+"""parlab.cp, cp_fused, cp_layout, cp_ring, cp_measure: context parallelism against independent
+references.
 
 References: torch's own scaled_dot_product_attention (with a boolean mask built in the test
 from positions), torch.logsumexp of scores computed here, autograd through SDPA, and layouts
@@ -17,9 +18,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from parlab import comm, cp
 from parlab.check import CheckFailed
+from parlab.cp import fused as cp_fused
 from parlab.cp import layout as cp_layout
 from parlab.cp import measure as cp_measure
 from parlab.cp import ring as cp_ring
@@ -209,6 +212,180 @@ def test_block_flops_are_what_torch_counts():
         cp.block_attention_backward(q, k, v, out, lse, dout, pos, pos, causal=False)
     assert forward.get_total_flops() == cp_layout.block_flops(n, d, heads)
     assert backward.get_total_flops() == cp_layout.block_backward_flops(n, d, heads)
+
+
+# --- the fused block (parlab.cp.fused) -----------------------------------------------------------
+
+def _pieces(q_pos, k_pos):
+    return [(p.q0, p.q1, p.k0, p.k1, p.causal)
+            for p in cp_fused.plan(q_pos, k_pos, causal=True)]
+
+
+def test_fused_plan_cuts_each_layouts_blocks_by_hand():
+    world, n = 4, 8
+    m = n // 2
+    table = {lay: cp_layout.position_table(lay, world, world * n) for lay in LAYOUTS}
+    for r in range(world):
+        for s in range(world):
+            # contiguous: earlier block full, own block causal, later block skipped
+            assert _pieces(table["contiguous"][r], table["contiguous"][s]) == (
+                [(0, n, 0, n, False)] if s < r else [(0, n, 0, n, True)] if s == r else [])
+            # striped: j <= i for s <= r (is_causal); j < i for s > r (row 0 sees nothing,
+            # rows 1.. against keys ..n-2 are is_causal)
+            assert _pieces(table["striped"][r], table["striped"][s]) == (
+                [(0, n, 0, n, True)] if s <= r else [(1, n, 0, n - 1, True)])
+            # zigzag: own block causal; earlier: all queries, its first half of keys;
+            # later: the second half of queries, all keys
+            assert _pieces(table["zigzag"][r], table["zigzag"][s]) == (
+                [(0, n, 0, n, True)] if s == r else [(0, n, 0, m, False)] if s < r
+                else [(m, n, 0, n, False)])
+    assert cp_fused.plan(torch.arange(3), torch.arange(5), causal=False) == [
+        cp_fused.Piece(0, 3, 0, 5, False)]
+    assert cp_fused.plan(torch.tensor([2, 1]), torch.arange(3), causal=True) is None
+
+
+def _fused_ring_on_one_process(q, k, v, dout, table, rank, causal):
+    """Rank `rank`'s ring, simulated: its queries meet every block in ring order through the
+    fused kernel, partials merged; then the backward's block terms, summed."""
+    world = table.shape[0]
+    mine = table[rank]
+    qr, do = q[..., mine, :], dout[..., mine, :]
+    acc = cp.empty_partial(qr)
+    for step in range(world):
+        src = table[(rank - step) % world]
+        acc = cp.merge_partials(*acc, *cp.fused_attention(qr, k[..., src, :], v[..., src, :],
+                                                          mine, src, causal=causal))
+    out, lse = acc
+    dq, dk, dv = torch.zeros_like(qr), torch.zeros_like(k), torch.zeros_like(v)
+    for src in table:
+        dq_b, dk_b, dv_b = cp.fused_attention_backward(qr, k[..., src, :], v[..., src, :], out,
+                                                       lse, do, mine, src, causal=causal)
+        dq += dq_b
+        dk[..., src, :] += dk_b
+        dv[..., src, :] += dv_b
+    return out, lse, (dq, dk, dv)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_ring_matches_torch_sdpa_on_one_process(world, layout, causal):
+    seq = 8 * world
+    q, k, v, dout = (_randn(2, 3, seq, 16, seed=50 + i) for i in range(4))
+    pos, table = torch.arange(seq), cp_layout.position_table(layout, world, seq)
+    for rank in range(world):
+        mine = table[rank]
+        leaves = [q[..., mine, :].clone().requires_grad_(), k.clone().requires_grad_(),
+                  v.clone().requires_grad_()]
+        mask = (pos[None, :] <= mine[:, None]) if causal else None
+        want = F.scaled_dot_product_attention(*leaves, attn_mask=mask)
+        (want * dout[..., mine, :]).sum().backward()
+        _, want_lse = _sdpa(q[..., mine, :], k, v, mine, pos, causal)
+        out, lse, grads = _fused_ring_on_one_process(q, k, v, dout, table, rank, causal)
+        torch.testing.assert_close(out, want.detach(), **F64)
+        torch.testing.assert_close(lse, want_lse, **F64)
+        for got, leaf in zip(grads, leaves, strict=True):
+            torch.testing.assert_close(got, leaf.grad, **F64)
+
+
+def _against_block_kernel(q_pos, k_pos, seed):
+    q = _randn(1, 2, len(q_pos), 8, seed=seed)
+    k, v = _randn(1, 2, len(k_pos), 8, seed=seed + 1), _randn(1, 2, len(k_pos), 8, seed=seed + 2)
+    out, lse = cp.fused_attention(q, k, v, q_pos, k_pos, causal=True)
+    want_out, want_lse = cp.block_attention(q, k, v, q_pos, k_pos, causal=True)
+    torch.testing.assert_close(out, want_out, **F64)
+    torch.testing.assert_close(lse, want_lse, **F64)  # -inf where a row sees no key
+    # the backward with a full row's out and lse: merge a block every query sees
+    extra_k, extra_v = _randn(1, 2, 3, 8, seed=seed + 3), _randn(1, 2, 3, 8, seed=seed + 4)
+    before = torch.full((3,), -1)
+    full = cp.merge_partials(out, lse, *cp.block_attention(q, extra_k, extra_v, q_pos, before,
+                                                            causal=True))
+    dout = _randn(*out.shape, seed=seed + 5)
+    got = cp.fused_attention_backward(q, k, v, *full, dout, q_pos, k_pos, causal=True)
+    want = cp.block_attention_backward(q, k, v, *full, dout, q_pos, k_pos, causal=True)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, **F64)
+
+
+def test_fused_block_with_many_pieces_or_unsorted_positions_still_matches():
+    q_pos, k_pos = torch.tensor([0, 3, 4, 5, 9, 14, 15, 30]), torch.arange(1, 20)
+    pieces = cp_fused.plan(q_pos, k_pos, causal=True)
+    assert pieces is not None and len(pieces) > cp_fused.MAX_PIECES  # the masked call
+    _against_block_kernel(q_pos, k_pos, seed=60)
+    _against_block_kernel(torch.tensor([2, 5, 6, 7]), torch.tensor([0, 3, 4, 6, 7]), seed=66)
+    _against_block_kernel(torch.tensor([9, 1, 5]), torch.tensor([4, 0, 8, 2]), seed=70)  # falls
+    # back to the block kernel
+
+
+def test_fused_merge_is_merge_partials_in_place():
+    q, k, v = _randn(1, 2, 5, 8, seed=80), _randn(1, 2, 12, 8, seed=81), _randn(1, 2, 12, 8,
+                                                                              seed=82)
+    q_pos, keys = torch.tensor([1, 3, 6, 8, 11]), torch.arange(12)
+    blocks = [keys[:4], keys[4:8], keys[8:]]  # row 0 sees only block 0; rows 0-1 not block 2
+    parts = [cp.block_attention(q, k[..., b, :], v[..., b, :], q_pos, b, causal=True)
+             for b in blocks]
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        got, want = cp.empty_partial(q), cp.empty_partial(q)
+        for i in order:
+            got = cp_fused.merge_into(*got, *(t.clone() for t in parts[i]))
+            want = cp.merge_partials(*want, *parts[i])
+        torch.testing.assert_close(got[0], want[0], **F64)
+        torch.testing.assert_close(got[1], want[1], **F64)
+    masked = cp.block_attention(q[..., :2, :], k[..., 8:, :], v[..., 8:, :], q_pos[:2],
+                                keys[8:], causal=True)  # every row -inf
+    both = cp_fused.merge_into(*(t.clone() for t in masked), *masked)
+    assert torch.equal(both[0], torch.zeros_like(both[0])) and torch.isneginf(both[1]).all()
+    big = [cp.block_attention(q.float() * 60, k[..., b, :].float(), v[..., b, :].float(),
+                              torch.arange(5), b, causal=False) for b in blocks[:2]]
+    got = cp_fused.merge_into(*big[0], *big[1])  # lse past float32's exp limit
+    want = cp.merge_partials(*cp.block_attention(q.float() * 60, k[..., :4, :].float(),
+                                                 v[..., :4, :].float(), torch.arange(5),
+                                                 blocks[0], causal=False), *big[1])
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_fused_block_keeps_float32_partials_for_bf16_inputs():
+    q, k, v = (_randn(1, 1, 4, 8, seed=i, dtype=torch.bfloat16) for i in range(3))
+    out, lse = cp.fused_attention(q, k, v, torch.arange(4), torch.arange(4), causal=True)
+    assert out.dtype == lse.dtype == torch.float32
+
+
+class _OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _kernel_worker(layouts, fused):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cp_ring.FUSED = fused
+    logs = {}
+    for layout in layouts:
+        pos = cp_layout.position_table(layout, world, 8 * world)
+        q, k, v = (_randn(1, 2, 8, 4, seed=rank + 10 * i).requires_grad_() for i in range(3))
+        with _OpLog() as log:
+            cp_ring.ring_attention(q, k, v, pos, causal=True).sum().backward()
+        logs[layout] = log.ops
+    return logs
+
+
+def test_the_reference_ring_computes_its_blocks_in_the_fused_kernel():
+    world = 4
+    for rank, logs in enumerate(run(_kernel_worker, world, LAYOUTS, True)):
+        for layout, ops in logs.items():
+            table = cp_layout.position_table(layout, world, 8 * world)
+            calls = sum(len(cp_fused.plan(table[rank], src, causal=True)) for src in table)
+            assert ops.count("_scaled_dot_product_flash_attention_for_cpu.default") == calls
+            assert ops.count(
+                "_scaled_dot_product_flash_attention_for_cpu_backward.default") == calls
+            assert "logsumexp.default" not in ops  # no score matrix formed anywhere
+    for logs in run(_kernel_worker, 2, ("striped",), False):  # the switch: the block kernel
+        assert "logsumexp.default" in logs["striped"]
+        assert not any("flash" in op for op in logs["striped"])
 
 
 # --- the ring ------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ CHECKS = {  # name -> (check(ns, t), launches ranks?)
         ns.ring_attention_backward, world_size=t, timeout=TIMEOUT, quiet=True), True),
     "check_layouts": (lambda ns, t: cpcheck.check_layouts(
         ns.layout_positions, world_size=t, timeout=TIMEOUT, quiet=True), True),
+    "check_ulysses": (lambda ns, t: cpcheck.check_ulysses(
+        ns.seq_to_heads, ns.heads_to_seq, world_size=t, timeout=TIMEOUT, quiet=True), True),
 }
 
 
@@ -50,7 +52,7 @@ def _fresh_kernel():
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=5)
 
 
 def _sizes(check: str) -> tuple[int, ...]:
@@ -71,7 +73,8 @@ CASES = [c for c in mistakes.cases(MISTAKES, _sizes)
 
 
 def test_corpus_is_complete_and_documented():
-    required = {"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block", "recv_before_send"}
+    required = {"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block", "recv_before_send",
+                "a2a_wrong_dimension"}
     mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
@@ -133,6 +136,17 @@ REEXPORTS = {
         import parlab.cp.layout
         def layout_positions(layout, rank, world_size, seq_len):
             return parlab.cp.layout_positions(layout, rank, world_size, seq_len)
+    """),
+    "ulysses_alias": ("check_ulysses", "from parlab.cp import seq_to_heads"),
+    "ulysses_wrapper": ("check_ulysses", """
+        import parlab.cp
+        def seq_to_heads(x):
+            return parlab.cp.seq_to_heads(x)
+    """),
+    "ulysses_layer_wrapper": ("check_ulysses", """
+        from parlab.cp import ulysses
+        def heads_to_seq(y):
+            return ulysses.heads_to_seq(y)
     """),
 }
 

@@ -31,8 +31,10 @@ CHECKS = {
     "check_placement": lambda ns, t: ppcheck.check_placement(ns.stage_of, ns.layers_of,
                                                              world_size=t, quiet=True),
     "check_balance": lambda ns, t: ppcheck.check_balance(ns.balance, quiet=True),
+    "check_dualpipe_v": lambda ns, t: ppcheck.check_dualpipe_v(
+        ns.v_stage_of, ns.dualpipe_v_order, world_size=t, quiet=True),
 }
-ON_RANKS = {"check_p2p_step", "check_placement"}  # the others do not depend on t
+ON_RANKS = {"check_p2p_step", "check_placement", "check_dualpipe_v"}  # the others: any t
 NAMES_RANK = {"check_1f1b", "check_p2p_step"}  # their messages say which rank
 
 
@@ -45,7 +47,7 @@ def _fresh_kernel():
 
 
 def learner_namespace(*overlays: str) -> types.ModuleType:
-    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=4)
+    return mistakes.learner_namespace(NOTEBOOK, *overlays, answers=5)
 
 
 def _sizes(check: str) -> tuple[int, ...]:
@@ -67,7 +69,8 @@ CASES = [c for c in mistakes.cases(MISTAKES, _sizes)
 
 def test_corpus_is_complete_and_documented():
     required = {"backward_before_forward", "missing_recv", "warmup_off_by_one",
-                "no_loss_scaling"}  # the issue's four
+                "no_loss_scaling",  # the issue's four
+                "v_looped_placement", "dualpipe_v_fixed_sizes"}  # DualPipe-V's (issue 21)
     mistakes.assert_corpus_documented(MISTAKES, required, CHECKS)
 
 
@@ -107,6 +110,17 @@ REEXPORTS = {
         def stage_of(rank, chunk, p):
             return parlab.pp.stage_of(rank, chunk, p)
     """),
+    "v_stage_of_wrapper": ("check_dualpipe_v", """
+        import parlab.pp
+        def v_stage_of(rank, chunk, p):
+            return parlab.pp.stage_of(rank, chunk, p, placement="v")
+    """),
+    "dualpipe_v_wrapper": ("check_dualpipe_v", """
+        def dualpipe_v_order(rank, p, m):
+            return make_schedule("dualpipe_v", p, m)[rank]
+    """),
+    "dualpipe_v_rank_alias": ("check_dualpipe_v",
+                              "from parlab.pp import dualpipe_v_rank as dualpipe_v_order"),
 }
 
 

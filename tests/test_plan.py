@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -258,8 +259,9 @@ def test_axis_table_has_one_scope_forward_and_backward():
     assert rows["TP"] == pytest.approx(4 * 2 * (t - 1) / t * act)  # 4 ring all-reduces
     assert rows["PP"] == pytest.approx(2 * act)  # activation forward, gradient backward
     assert rows["DP"] == pytest.approx(2 * (t - 1) / t * 12 * h * h * 2)  # bf16 gradients
-    # ring attention: K and V (2 act / c a step) pass c-1 steps forward, K V dK dV backward
-    assert rows["CP"] == pytest.approx(3 * (t - 1) * 2 * act / t)
+    # ring attention: K and V (act / c each) pass c - 1 hops forward; backward K and V again
+    # c - 1 hops and the accumulators dK, dV c hops (one more, to get home)
+    assert rows["CP"] == pytest.approx((2 * (t - 1) + 2 * (t - 1) + 2 * t) * act / t)
     # top-2 of 64 experts: capacity ceil(4096·2/64) = 128, E·c = 8192 rows of h each way
     buffer = 64 * 128 * h * 2
     assert rows["EP"] == pytest.approx(2 * 2 * (t - 1) / t * buffer)  # 2 all-to-alls, fwd+bwd
@@ -300,3 +302,96 @@ def test_plans_table_rows():
     row = plan.plans_table([p]).splitlines()[2]
     assert row.startswith(f"| {p.label} | 1 | yes | {p.memory_total / 1e9:.1f} |")
     assert row.endswith(f"| {p.step_s:.1f} | {p.mfu:.0%} |")
+
+
+# --- DualPipe-V and Ulysses in the planner -----------------------------------------------------
+# Derived here: with a step's busy time W (compute and exposed comms) over m micro-batches, a
+# rank's chunk forward, input backward and weight backward each cost W/(6m) and a pair
+# F&B = W/(2m), so DualPipe's (p - 1)(F&B + B - 3W) is (p - 1) W/(3m): a bubble share of
+# (p - 1)/(3m + p - 1), against 1F1B's (p - 1)/(m + p - 1). Activations: 2p + 1 chunks of
+# half a stage, p + 1/2 micro-batches of a stage, against 1F1B's min(p, m) = p. Its pairs hide the
+# share (2m - 2p - 1)/(2m) of the EP time (the last rank's pairs), up to the compute.
+# Ulysses: 8 all-to-alls of (c - 1)/c of a rank's b s/c (2 h_q + 2 h_kv) bf16 features per
+# layer, forward and backward, and c must divide both head counts of a TP rank.
+
+def _deepseek(schedule, batch=15360):
+    return plan.evaluate(plan.DEEPSEEK_V3, plan.DEEPSEEK_CLUSTER, dp=2, pp=16, ep=64,
+                         global_batch=batch, recompute="full", schedule=schedule)
+
+
+def test_dualpipe_v_bubble_memory_and_overlap_in_the_plan():
+    base, dpv = _deepseek("1f1b"), _deepseek("dualpipe_v")
+    p, m = 16, 15360 // (2 * 64)
+    assert base.kept and dpv.kept and m == 120
+    assert base.bubble == pytest.approx((p - 1) / (m + p - 1))
+    assert dpv.bubble == pytest.approx((p - 1) / (3 * m + p - 1))
+    # full recomputation keeps each layer's bf16 input, 2 b s h, for the micro-batches held:
+    # half a micro-batch more of the stage's 4 layers
+    layer_input = 2 * 1 * 4096 * 7168
+    assert dpv.memory["activations"] - base.memory["activations"] == pytest.approx(
+        0.5 * math.ceil(61 / p) * layer_input)
+    assert {k: v for k, v in dpv.memory.items() if k != "activations"} == \
+        {k: v for k, v in base.memory.items() if k != "activations"}  # one copy of the weights
+    compute = base.times["compute useful"] + base.times["compute overhead"]
+    hidden = (2 * m - 2 * p - 1) / (2 * m) * min(1.0, compute / base.times["EP comms"])
+    assert dpv.times["EP comms"] == pytest.approx(base.times["EP comms"] * (1 - hidden))
+    assert dpv.step_s < base.step_s and "DualPipe-V PP 16" in dpv.label
+    assert "two chunks each" in " ".join(dpv.reasons)
+
+
+def test_dualpipe_v_needs_two_micro_batches_per_rank():
+    few = _deepseek("dualpipe_v", batch=1920)  # m = 15 < 2p = 32
+    assert not few.kept and any("m >= 2p" in r for r in few.reasons)
+    assert _deepseek("1f1b", batch=1920).kept
+
+
+def test_plan_tries_the_schedules_it_is_given():
+    default = plan.plan(plan.DEEPSEEK_V3, plan.DEEPSEEK_CLUSTER, global_batch=15360)
+    assert {p.schedule for p in default} == {"1f1b"}  # unchanged unless asked
+    both = plan.plan(plan.DEEPSEEK_V3, plan.DEEPSEEK_CLUSTER, global_batch=15360,
+                     schedules=("1f1b", "dualpipe_v"))
+    assert {p.schedule for p in both if p.pp > 1} == {"1f1b", "dualpipe_v"}
+    assert plan.best(both).schedule == "dualpipe_v"  # the EP overlap changes the winner
+    assert plan.best(both).step_s < plan.best(default).step_s
+    with pytest.raises(ValueError, match="schedule"):
+        _deepseek("zb_v")
+
+
+def _llama_long(cp_kind, **model):
+    m = dataclasses.replace(plan.LLAMA3_405B_LONG, **model)
+    return plan.evaluate(m, plan.LLAMA3_CLUSTER, tp=8, cp=16, pp=16, dp=8, global_batch=128,
+                         recompute="full", cp_kind=cp_kind)
+
+
+def test_ulysses_caps_at_the_heads_of_a_tp_rank():
+    ring, uly = _llama_long("ring"), _llama_long("ulysses")
+    assert ring.kept and not uly.kept  # 8 KV heads under TP 8: one per rank, not 16
+    assert any("caps at the head count" in r and "1 key/value heads" in r for r in uly.reasons)
+    with pytest.raises(ValueError, match="cp_kind"):
+        _llama_long("zigzag")
+
+
+def test_ulysses_bytes_and_where_it_wins():
+    # the same run with full multi-head attention (128 KV heads, 16 per TP rank): Ulysses is
+    # allowed, and over RoCE the ring's 8192-token blocks cannot hide their K and V
+    uly, ring = _llama_long("ulysses", kv_heads=0), _llama_long("ring", kv_heads=0)
+    assert uly.kept and ring.kept
+    b, s, c, m, layers = 1, 131072, 16, 16, math.ceil(126 / 16)
+    features = 16 * 128  # 16 heads of 128 per TP rank, for q, k, v and the output alike
+    per_layer = 2 * 4 * (c - 1) / c * b * s / c * features * 2  # bf16
+    assert uly.axis("cp").nbytes == pytest.approx(m * layers * per_layer)
+    assert uly.times["CP comms"] == pytest.approx(uly.axis("cp").seconds)  # nothing hidden
+    assert uly.times["CP comms"] < ring.times["CP comms"] and uly.step_s < ring.step_s
+    ranked = plan.plan(dataclasses.replace(plan.LLAMA3_405B_LONG, kv_heads=0),
+                       plan.LLAMA3_CLUSTER, global_batch=128, cp_sizes=(1, 16),
+                       cp_kinds=("ring", "ulysses"))
+    assert plan.best(ranked).cp_kind == "ulysses" and "Ulysses CP 16" in plan.best(ranked).label
+    gqa = plan.plan(plan.LLAMA3_405B_LONG, plan.LLAMA3_CLUSTER, global_batch=128,
+                    cp_sizes=(1, 16), cp_kinds=("ring", "ulysses"))
+    assert plan.best(gqa).cp_kind == "ring"  # the real model: 8 KV heads, the ring hides them
+
+
+def test_variants_table_names_both_choices():
+    table = plan.variants_table()
+    assert "DualPipe-V PP 16" in table and "EP 64 × PP 16" in table
+    assert "Ulysses CP 16" in table and "caps at the head count" in table

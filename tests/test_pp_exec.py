@@ -9,6 +9,13 @@ References computed here, independently of the executor:
   stage but the first its input gradient back. Rank r holds stages r, r + p, ..., so ranks
   0 and p - 1 send (2v - 1) m messages and the others 2vm.
 - peak activations: GPipe m on every rank, 1F1B min(p - r, m) (chunks count 1/v).
+- DualPipe-V (V placement: rank r holds stages r and 2p - 1 - r): rank 0 sends m activations
+  from stage 0 and m gradients from stage 2p - 1, rank p - 1 m of each from stages p - 1 and
+  p (the hand-over between them stays on the rank), the others 4m; every rank holds 2p + 1
+  chunk-microbatches at its peak, p + 1/2 in units of its share. The executor runs an
+  overlapped pair's actions one after the other, each as soon as its input is there: with
+  t_f = t_b = t_w = t per share every rank idles (p - 1) t/2 (a chunk costs t/2) of a step of
+  3mt + (p - 1) t/2, a bubble of (p - 1)/(6m + p - 1).
 - timelines: every action's inputs ended before it started (causality); with sleep-based
   costs of 40 ms per rank-share (costs dominate the ~0.5 ms per message), the measured bubble
   is within 0.03 of the closed forms (p-1)/(m+p-1), (p-1)/(vm+p-1) and, for ZB-H1 with
@@ -62,6 +69,27 @@ def test_pipeline_equals_single_device(name, p, m, v, n_layers):
         assert run.measured.peak_activations == [min(p - r, m) for r in range(p)]
 
 
+@pytest.mark.parametrize("p, m", [(2, 4), (3, 7), (4, 8)])
+def test_dualpipe_v_equals_single_device(p, m):
+    n_layers, batch = 4 * p, 2 * m  # 2 layers per stage, 2 rows per microbatch
+    run = run_pipeline(make_schedule("dualpipe_v", p, m), n_layers=n_layers, batch=batch)
+    ref_loss, ref_grads = _single_device(n_layers, batch=batch)
+    assert run.loss == pytest.approx(ref_loss, rel=RTOL)
+    assert set(run.grads) == set(ref_grads)
+    for pname, ref in ref_grads.items():
+        torch.testing.assert_close(run.grads[pname], ref, rtol=RTOL, atol=1e-14)
+    assert run.sends == [2 * m] + [4 * m] * (p - 2) + [2 * m]
+    assert run.measured.peak_activations == [p + 0.5] * p
+
+
+def test_dualpipe_v_order_without_its_placement_is_refused_before_any_rank_starts():
+    plain = [list(order) for order in make_schedule("dualpipe_v", 2, 4)]
+    with pytest.raises(ValueError, match="placement='v'"):
+        run_pipeline(plain)
+    run = run_pipeline(plain, placement="v", n_layers=8, batch=8)
+    assert run.max_error() < 1e-10
+
+
 def test_timeline_respects_every_dependency():
     sched = make_schedule("interleaved_1f1b", 2, 4, 2)
     run = run_pipeline(sched)
@@ -102,3 +130,8 @@ def test_measured_bubble_of_interleaved():
 def test_measured_bubble_of_zb_h1():
     p, m = 4, 8
     _bubble_within(make_schedule("zb_h1", p, m), (0.04, 0.04, 0.04), (p - 1) / (3 * m + p - 1))
+
+
+def test_measured_bubble_of_dualpipe_v():
+    p, m = 4, 8
+    _bubble_within(make_schedule("dualpipe_v", p, m), (0.04, 0.04, 0.04), (p - 1) / (6 * m + p - 1))

@@ -48,6 +48,11 @@ def test_megatron_arguments_map_onto_the_grid():
     assert (plan.dp, plan.ep, plan.cp) == (2, 2, 2) and cfg.moe_layers == (0, 2)  # DP 4 = 2·EP
     cfg, _ = _plan(["--num-query-groups", "4", "--untie-embeddings-and-output-weights"], 1)
     assert (cfg.kv_heads, cfg.tied) == (4, False)
+    _, plan = _plan(["--use-distributed-optimizer"], 4)  # Megatron's name for ZeRO-1
+    assert (plan.dp, plan.distributed_optimizer) == (4, True)
+    args = _script().parser().parse_args(["--save", "a", "--save-interval", "5", "--load", "b",
+                                          "--ckpt-step", "10"])
+    assert (args.save, args.save_interval, args.load, args.ckpt_step) == ("a", 5, "b", 10)
 
 
 @pytest.mark.parametrize("argv, world, words", [
@@ -55,6 +60,8 @@ def test_megatron_arguments_map_onto_the_grid():
     (["--expert-model-parallel-size", "3", "--num-experts", "6"], 4, "multiple of EP"),
     (["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"],
      2, "virtual"),
+    (["--use-distributed-optimizer", "--num-experts", "4", "--expert-model-parallel-size", "2"],
+     2, "distributed optimizer here shards dense replicas only"),
 ])
 def test_arguments_that_cannot_run_say_why(argv, world, words):
     with pytest.raises(ValueError, match=words):

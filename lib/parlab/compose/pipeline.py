@@ -14,7 +14,21 @@ itself (`parlab.pp.schedules`), this loop runs whatever it is given, action by a
     W(i, s): (zb_h1) B computed dL/dx only (autograd.grad, graph kept); W the weights'
 
 Dividing each microbatch loss by m makes the accumulated gradients those of the replica's
-whole batch under a mean loss. Every rank of a TP (or CP, EP) group runs the same actions in
+whole batch under a mean loss.
+
+Data parallelism overlaps with the last backwards: `sync` (default: the model's
+`parlab.compose.grads.data_parallel`, BucketedDDP over the dp groups; pass your own objects
+with a `no_sync()` context, or `()` for none) has every backward inside `no_sync()` except
+the last B of each chunk, whose gradient hooks then start the all-reduce buckets while the
+pipeline drains; the caller's `finish()` waits for them. When a parameter belongs to two
+chunks of this rank (a tied head on one rank with v > 1) or the backward is split (zb_h1: the
+weight gradients come from `autograd.grad`, which fires no hook), every backward runs inside
+`no_sync()` and `finish()` sends all the buckets at the end.
+
+Profiler ranges (`parlab.timeline`): each action is "F mb3 chunk1", "B ...", "W ..."; each
+message "send F mb3 to stage 2" / "recv B mb1 from stage 3" (the wait for it included).
+
+Every rank of a TP (or CP, EP) group runs the same actions in
 the same order, so the collectives inside a stage (TP all-gathers, the CP ring, the EP
 all-to-alls) meet; a split backward runs the stage's backward twice (B then W), collectives
 included, on all of them alike.
@@ -34,19 +48,29 @@ order and the F/B/W steps here are its own, in a stage runner for any grid.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
+from torch.profiler import record_function
 
+from parlab.compose.grads import data_parallel
 from parlab.compose.grid import Grid, Positions
 from parlab.compose.stage import ParallelLlama
 from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
 
-__all__ = ["Messages", "run_schedule"]
+__all__ = ["Messages", "run_schedule", "synced_backwards"]
+
+
+class Syncable(Protocol):
+    """A data-parallel sync: backwards inside `no_sync()` only accumulate."""
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]: ...
 
 Key = tuple[str, int, int]  # ("F" activation for | "B" gradient for, microbatch, stage)
 
@@ -95,7 +119,8 @@ class Messages:
             self.posted[message] = (dist.irecv(buf, src=self.ranks[src], group=self.group), buf)
             self.next[src] += 1
         work, buf = self.posted.pop(key)
-        work.wait()
+        with record_function(f"recv {key[0]} mb{key[1]} from stage {stage}"):
+            work.wait()
         return buf.to(self.device)
 
     def send(self, key: Key, tensor: Tensor) -> None:
@@ -104,7 +129,9 @@ class Messages:
             self.local[key] = tensor.detach().clone()
             return
         payload = tensor.detach().to(self.wire).contiguous()
-        self.sends.append((dist.isend(payload, dst=self.ranks[dst], group=self.group), payload))
+        with record_function(f"send {key[0]} mb{key[1]} to stage {key[2]}"):
+            work = dist.isend(payload, dst=self.ranks[dst], group=self.group)
+        self.sends.append((work, payload))
 
     def finish(self) -> None:
         for work, _payload in self.sends:
@@ -123,6 +150,8 @@ class _State:
     targets: list[Tensor]  # their next words (b, n) (used by the last stage)
     saved: dict[tuple[int, int], tuple] = field(default_factory=dict)
     losses: list[Tensor] = field(default_factory=list)
+    sync: Sequence[Syncable] = ()
+    synced: frozenset[int] = frozenset()  # indices of the actions run outside no_sync
 
     def stage(self, chunk: int) -> int:
         return chunk * self.box.p + self.box.me
@@ -145,7 +174,7 @@ def _backward(a: Action, st: _State, *, split: bool) -> None:
     x, y, _ = st.saved.pop((i, c))
     grad = None if s == st.model.n_stages - 1 else st.box.recv(("B", i, s))
     if not split:  # dL/dx and dL/dweights at once
-        torch.autograd.backward(y, grad_tensors=grad)
+        torch.autograd.backward(y, grad_tensors=grad)  # (gradient hooks may start buckets)
         dx = x.grad if s > 0 else None
     else:  # dL/dx only; keep the graph for W
         st.saved[(i, c)] = (x, y, grad)
@@ -164,21 +193,53 @@ def _weights(a: Action, st: _State) -> None:
             p.grad = g if p.grad is None else p.grad + g
 
 
+def synced_backwards(actions: list[Action], model: ParallelLlama, *,
+                     split: bool) -> frozenset[int]:
+    """Indices of the actions whose backward runs outside no_sync: the last B of each chunk,
+    or none when a parameter belongs to two chunks or the backward is split."""
+    owners = [id(p) for chunk in model.chunks for p in set(chunk.parameters())]
+    if split or len(owners) != len(set(owners)):
+        return frozenset()
+    last = {a.chunk: i for i, a in enumerate(actions) if a.kind == "B"}
+    return frozenset(last.values())
+
+
+@contextlib.contextmanager
+def _accumulating(sync: Sequence[Syncable]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for s in sync:
+            stack.enter_context(s.no_sync())
+        yield
+
+
 def run_schedule(schedule: Schedule, model: ParallelLlama, grid: Grid, *,
                  inputs: list[Tensor], targets: list[Tensor], pos: Positions,
-                 shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Tensor:
+                 shape: tuple[int, ...], dtype: torch.dtype = torch.float32,
+                 sync: Sequence[Syncable] | None = None) -> Tensor:
     """Run this rank's actions of `schedule`; the sum of its microbatch losses (each / m) on
-    the last stage's ranks, 0 elsewhere. shape: one activation message, (b, n/t, C)."""
+    the last stage's ranks, 0 elsewhere. shape: one activation message, (b, n/t, C).
+    sync: the data-parallel syncs whose no_sync() the earlier backwards run in (module
+    docstring); None: the model's own BucketedDDPs (`data_parallel`)."""
     me, split = grid.coords["pp"], shape_of(schedule)[3]
+    if sync is None:
+        sync = data_parallel(model, grid)
+        for ddp in sync:
+            ddp.discard()  # a previous step whose sync was skipped left buckets in flight
     box = Messages(schedule, me=me, ranks=grid.pp_ranks, shape=shape, dtype=dtype,
                    device=inputs[0].device, group=grid.p2p)
-    st = _State(model, box, pos, inputs, targets)
-    for a in schedule[me]:  # the schedule's Warmup, Steady and Cooldown, in its order
-        if a.kind == "F":
-            _forward(a, st)
-        elif a.kind == "B":
-            _backward(a, st, split=split)
-        else:
-            _weights(a, st)
+    actions = schedule[me]
+    st = _State(model, box, pos, inputs, targets, sync=sync,
+                synced=synced_backwards(actions, model, split=split))
+    for index, a in enumerate(actions):  # the schedule's Warmup, Steady and Cooldown
+        with record_function(f"{a.kind} mb{a.microbatch} chunk{a.chunk}"):
+            if a.kind == "F":
+                _forward(a, st)
+            elif a.kind == "W":
+                _weights(a, st)
+            elif index in st.synced:
+                _backward(a, st, split=split)
+            else:
+                with _accumulating(st.sync):
+                    _backward(a, st, split=split)
     box.finish()
     return torch.stack(st.losses).sum() if st.losses else torch.zeros((), device=box.device)

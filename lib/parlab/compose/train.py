@@ -13,9 +13,16 @@ Every rank builds the same seeded Llama and keeps its share (`ParallelLlama`). O
 3. the schedule (`parlab.pp.make_schedule(plan.schedule, pp, m, v)`) on this rank's stages
    (`run_schedule`); TP, SP, CP and EP communicate inside the stages;
 4. `finalize_grads`: the TP sums under SP, the tied embedding's sum, the DP mean;
-5. AdamW (element-wise, so stepping each shard is stepping the whole tensor);
+5. AdamW (element-wise, so stepping each shard is stepping the whole tensor); with
+   `Plan(distributed_optimizer=True)` (Megatron's --use-distributed-optimizer) ZeRO-1 instead
+   (`parlab.dp.ZeRO1` over `grid.dp`: it reduce-scatters the gradients itself, so step 4
+   skips the DP mean, steps Adam on its 1/d slice and all-gathers the weights);
 6. the global mean loss: the last stage's sum over microbatches, shared over the pipeline and
    averaged over the dp × ep × cp ranks. The same number on every rank.
+
+Which batch a step trains on is the run's data position (`Position.consumed_samples`), kept
+apart from the step count so that a resumed run continues the data where it stopped;
+`train(..., checkpoints=)` resumes from and saves checkpoints (`parlab.compose.checkpoint`).
 
 The reference runs the whole batch on one device in one forward and backward. Planted bugs
 for the tests come in through `Parts` (the split of layers, the two gradient syncs), never
@@ -27,7 +34,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -36,13 +44,15 @@ from parlab.compose.grads import Sync, finalize_grads, sync_data_parallel
 from parlab.compose.grid import Grid, group_size, make_grid
 from parlab.compose.pipeline import run_schedule
 from parlab.compose.stage import ParallelLlama, split_layers
+from parlab.dp.zero1 import ZeRO1
 from parlab.model.corpus import batch, load_corpus
 from parlab.model.llama import Llama, LlamaConfig
 from parlab.pp.schedules import make_schedule
 from parlab.tp.sequence import allreduce_sequence_parallel_grads
 
-__all__ = ["TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "check_plan",
-           "rank_device", "setup", "train_step", "train", "train_single"]
+__all__ = ["TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "Position",
+           "Checkpointing", "check_plan", "rank_device", "setup", "train_step", "train",
+           "train_single"]
 
 TOLERANCE = 2e-5
 """Largest |parallel loss - single-device loss| accepted at a step (float32, losses 4-6,
@@ -88,6 +98,8 @@ class Plan:
     global_batch_size: int = 8
     layout: str = "zigzag"
     """Which positions a CP rank holds (`parlab.cp.LAYOUTS`); zigzag balances causal work."""
+    distributed_optimizer: bool = False
+    """ZeRO-1: Adam's moments sharded over the dp × cp ranks (`parlab.dp.ZeRO1`)."""
 
     @property
     def world_size(self) -> int:
@@ -135,6 +147,9 @@ def check_plan(cfg: LlamaConfig, plan: Plan, *, world_size: int | None = None) -
                  f"{cfg.layers} layers cannot fill pp·v = {plan.pp * plan.virtual} stages")
     _fail_unless(plan.virtual == 1 or plan.schedule == "interleaved_1f1b",
                  f"virtual={plan.virtual} chunks need the interleaved_1f1b schedule")
+    _fail_unless(not plan.distributed_optimizer or plan.ep == 1,
+                 "the distributed optimizer here shards dense replicas only: with ep > 1 the "
+                 "ranks of a DP group hold different experts (use ep=1 or plain Adam)")
     _fail_unless(cfg.vocab >= len(load_corpus()[1]), "cfg.vocab is smaller than the corpus")
 
 
@@ -155,9 +170,33 @@ class Replica:
     plan: Plan
     grid: Grid
     model: ParallelLlama
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | ZeRO1
     parts: Parts
     device: torch.device
+
+
+@dataclass(frozen=True)
+class Position:
+    """How far a run is: iterations done and sequences consumed (Megatron's iteration and
+    consumed_train_samples). The next batch is `batch(tokens, consumed_samples // global)`."""
+
+    step: int = 0
+    consumed_samples: int = 0
+
+    def after(self, global_batch_size: int) -> Position:
+        return Position(self.step + 1, self.consumed_samples + global_batch_size)
+
+
+class Checkpointing(Protocol):
+    """What `train` needs from a checkpointer (`parlab.compose.checkpoint.Checkpoints`)."""
+
+    def resume(self, rep: Replica) -> Position: ...
+
+    def after_step(self, rep: Replica, position: Position, *, last: bool) -> None: ...
+
+
+def _no_sync(params: object, *, group: object = None) -> None:
+    """ZeRO-1 reduce-scatters the gradients in its step: no DP all-reduce before it."""
 
 
 def setup(cfg: LlamaConfig, plan: Plan, *, lr: float, parts: Parts = Parts()) -> Replica:
@@ -169,12 +208,17 @@ def setup(cfg: LlamaConfig, plan: Plan, *, lr: float, parts: Parts = Parts()) ->
     layers = parts.split_layers(cfg, plan.pp * plan.virtual)
     model = ParallelLlama(Llama(cfg), grid, layers,
                           sequence_parallel=plan.sequence_parallel).to(device)
-    optimizer = torch.optim.AdamW(model.unique_parameters(), lr=lr)
+    optimizer: torch.optim.Optimizer | ZeRO1
+    if plan.distributed_optimizer:
+        optimizer = ZeRO1(model.unique_parameters(), group=grid.dp, lr=lr)
+        parts = replace(parts, sync_data_parallel=_no_sync)
+    else:
+        optimizer = torch.optim.AdamW(model.unique_parameters(), lr=lr)
     return Replica(cfg, plan, grid, model, optimizer, parts, device)
 
 
 def train_step(rep: Replica, step: int, tokens: torch.Tensor) -> float:
-    """One step of the global batch of `step`; the global mean loss (the same on all ranks)."""
+    """One step on global batch number `step`; the global mean loss (the same on all ranks)."""
     cfg, plan, grid = rep.cfg, rep.plan, rep.grid
     x, y = batch(tokens, step, batch_size=plan.global_batch_size, seq=cfg.seq, seed=cfg.seed)
     pos = grid.positions(cfg.seq, sequence_parallel=plan.sequence_parallel, device=rep.device)
@@ -183,7 +227,7 @@ def train_step(rep: Replica, step: int, tokens: torch.Tensor) -> float:
     inputs, targets = list(x.split(plan.micro_batch_size)), list(y.split(plan.micro_batch_size))
     schedule = make_schedule(plan.schedule, plan.pp, len(inputs), plan.virtual)
     shape = (plan.micro_batch_size, pos.sp.numel(), cfg.hidden)  # one message (b, n/t, C)
-    rep.optimizer.zero_grad(set_to_none=True)
+    rep.optimizer.zero_grad()  # set_to_none, AdamW's default and ZeRO1's only way
     loss = run_schedule(schedule, rep.model, grid, inputs=inputs, targets=targets, pos=pos,
                         shape=shape)
     finalize_grads(rep.model, grid, sync_sequence_parallel=rep.parts.sync_sequence_parallel,
@@ -196,18 +240,29 @@ def train_step(rep: Replica, step: int, tokens: torch.Tensor) -> float:
 
 
 def train(cfg: LlamaConfig, plan: Plan, steps: int, *, lr: float, parts: Parts = Parts(),
-          on_step: Callable[[int, float, float], None] | None = None) -> list[float]:
-    """Train on this rank of the grid; the global mean loss of every step (on every rank).
+          on_step: Callable[[int, float, float], None] | None = None,
+          checkpoints: Checkpointing | None = None) -> list[float]:
+    """Train on this rank of the grid up to `steps` iterations; the global mean loss of every
+    step it ran (on every rank).
 
-    on_step(step, loss, seconds) is called after every step (the script's progress bar)."""
+    on_step(step, loss, seconds) is called after every step (the script's progress bar).
+    checkpoints: resume from its last checkpoint (the losses then start at that step) and let
+    it save after every step it chooses."""
     rep = setup(cfg, plan, lr=lr, parts=parts)
     tokens, _ = load_corpus()
+    position = checkpoints.resume(rep) if checkpoints is not None else Position()
     losses = []
-    for step in range(steps):
+    while position.step < steps:
         start = time.perf_counter()
-        losses.append(train_step(rep, step, tokens))
+        index, left = divmod(position.consumed_samples, plan.global_batch_size)
+        _fail_unless(left == 0, f"{position.consumed_samples} sequences consumed is not a "
+                     f"whole number of global batches of {plan.global_batch_size}")
+        losses.append(train_step(rep, index, tokens))
         if on_step is not None:
-            on_step(step, losses[-1], time.perf_counter() - start)
+            on_step(position.step, losses[-1], time.perf_counter() - start)
+        position = position.after(plan.global_batch_size)
+        if checkpoints is not None:
+            checkpoints.after_step(rep, position, last=position.step == steps)
     return losses
 
 

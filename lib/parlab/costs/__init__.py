@@ -49,6 +49,7 @@ from parlab.costs.closed_forms import (
     tp_layer_flops_per_byte,
     training_state_bytes,
     transfer_time,
+    ulysses_bytes_per_layer,
 )
 from parlab.costs.memory import GPUS, PARTS, activation_bytes, device_memory, state_breakdown
 
@@ -57,7 +58,8 @@ __all__ = [
     "NIC_400G_BYTES_PER_S", "ETHERNET_100G_BYTES_PER_S", "STATE_BYTES_PER_PARAM", "STRATEGIES",
     "ring_allreduce_bytes", "ring_allgather_bytes", "ring_reduce_scatter_bytes",
     "all_to_all_bytes", "broadcast_bytes", "transfer_time", "alpha_beta_time",
-    "ring_allreduce_time", "tp_bytes_per_layer", "training_state_bytes", "dp_traffic_bytes",
+    "ring_allreduce_time", "tp_bytes_per_layer", "ulysses_bytes_per_layer",
+    "training_state_bytes", "dp_traffic_bytes",
     "bubble_fraction", "bubble_ratio", "min_microbatches", "tp_flops_per_byte",
     "tp_layer_flops_per_byte", "dp_flops_per_byte", "required_flops_per_byte", "headroom",
     "format_times", "comm_verdict", "REGIONS", "activation_breakdown",

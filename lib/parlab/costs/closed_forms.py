@@ -155,6 +155,25 @@ def tp_bytes_per_layer(b: int, s: int, h: int, t: int, dtype_bytes: int = 2) -> 
     return 4 * ring_allreduce_bytes(elems * _count("dtype_bytes", dtype_bytes), t)
 
 
+def ulysses_bytes_per_layer(b: int, s: int, h: int, c: int, dtype_bytes: int = 2, *,
+                            h_kv: int | None = None, backward: bool = False) -> float:
+    r"""Bytes each rank sends per layer for Ulysses attention over c ranks (Jacobs et al.,
+    DeepSpeed-Ulysses, arXiv:2309.14509; `parlab.cp.ulysses`).
+
+    A rank holds s/c tokens, so q is $b\frac{s}{c}h$ elements ($h$ = heads × head size). An
+    all-to-all keeps the 1/c of it that belongs to this rank's own heads and sends the rest:
+    `all_to_all_bytes`, $\frac{c-1}{c}\,b\frac{s}{c}h\,d$. The forward runs four, q, k and v
+    to head shards and the output back: $V = 4\frac{c-1}{c}\frac{bsh}{c}d$. With
+    grouped-query attention k and v carry h_kv features: $\frac{c-1}{c}\frac{bs}{c}(2h +
+    2h_{kv})d$. backward=True adds the backward's four (the output's gradient in, dq, dk, dv
+    out), the same bytes again. Per link this is DeepSpeed's $4Nh/P$ for $P = c \gg 1$.
+    """
+    c, kv = _count("c", c), _count("h_kv", h if h_kv is None else h_kv)
+    per_token = (2 * _count("h", h) + 2 * kv) * _count("dtype_bytes", dtype_bytes)
+    rank = _count("b", b) * _count("s", s) / c * per_token  # this rank's q, k, v, out
+    return all_to_all_bytes(rank, c) * (2 if backward else 1)
+
+
 # --- memory and data-parallel traffic -------------------------------------------------------
 
 def _strategy(strategy: str) -> str:

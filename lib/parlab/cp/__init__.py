@@ -2,10 +2,18 @@
 
 - `blocks`: one block of attention with its log-sum-exp, the merge of partial results, the
   full-attention reference and the block backward.
+- `fused`: the same block through PyTorch's fused flash-attention kernel, forward and
+  backward, cut into full, causal-diagonal and skipped pieces: the reference ring's kernel.
 - `ring`: ring attention over isend/irecv, forward and backward (`ring_attention`).
 - `layout`: which tokens each rank holds (contiguous, striped, zigzag), its causal work, and
   when the ring hides its transfers.
 - `measure`: measured overlap and per-rank work on real ranks.
+- `trace`: the ring in a profiler trace, its transfers per step and the share hidden behind
+  compute (`trace_ring`, `plot_ring_trace`).
+- `ulysses`: Ulysses (DeepSpeed-Ulysses): an all-to-all from sequence shards to head shards,
+  attention over the whole sequence, an all-to-all back (`seq_to_heads`, `heads_to_seq`,
+  `ulysses_attention`); `check_heads` enforces the cap at the head count.
+- `compare`: ring against Ulysses, bytes and exposed time per layer (`attention_comm`).
 """
 
 from parlab.cp.blocks import (
@@ -16,6 +24,8 @@ from parlab.cp.blocks import (
     full_attention,
     merge_partials,
 )
+from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
+from parlab.cp.fused import fused_attention, fused_attention_backward
 from parlab.cp.layout import (
     LAYOUTS,
     block_backward_flops,
@@ -38,13 +48,26 @@ from parlab.cp.ring import (
     ring_attention_forward,
     shift_right,
 )
+from parlab.cp.trace import RingTrace, plot_ring_trace, trace_ring
+from parlab.cp.ulysses import (
+    UlyssesAttention,
+    check_heads,
+    heads_to_seq,
+    seq_to_heads,
+    ulysses_attention,
+    ulysses_attention_forward,
+)
 
 __all__ = [
     "block_attention", "block_attention_backward", "merge_partials", "full_attention",
-    "empty_partial", "accum_dtype", "Transfer", "shift_right",
+    "empty_partial", "accum_dtype", "fused_attention", "fused_attention_backward",
+    "Transfer", "shift_right",
     "ring_attention_forward", "ring_attention_backward", "RingAttention", "ring_attention",
     "fully_masked", "LAYOUTS", "layout_positions", "position_table", "causal_work", "step_work",
     "ring_pace", "block_flops", "block_backward_flops", "block_bytes", "min_hiding_block",
     "measure_overlap",
-    "measure_work", "plot_timelines",
+    "measure_work", "plot_timelines", "check_heads", "seq_to_heads", "heads_to_seq",
+    "UlyssesAttention", "ulysses_attention", "ulysses_attention_forward", "CP_KINDS",
+    "attention_comm", "ring_bytes_per_layer", "RingTrace", "trace_ring",
+    "plot_ring_trace",
 ]

@@ -19,28 +19,50 @@ passes them on; after W steps (one more than K and V) they are home. dQ stays pu
 
 `RingAttention` / `ring_attention` wrap both as an autograd function. Fully masked blocks
 (causal, every key after every query) are skipped; the layout decides how many there are.
+
+Under a profiler (`parlab.launch.run(..., trace=path)`) each step is a set of ranges: forward
+"ring step s send/recv" (posting the transfer), "ring step s compute" (one block and its
+merge), "ring step s wait" (blocked on the transfer); backward "ring backward step s ..." with
+"send/recv K/V", "compute", "send/recv dK/dV", "wait dK/dV" and "wait K/V". The transfers
+themselves are gloo's "gloo:recv" ranges, from posting to arrival: under a profiler a thread
+waits for each step's messages as soon as they are posted (`parlab.timeline.watched`), since
+gloo sees a message arrive only when someone waits for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.profiler import record_function
 
+from parlab import timeline
 from parlab.cp.blocks import (
     block_attention,
     block_attention_backward,
     empty_partial,
     merge_partials,
 )
+from parlab.cp.fused import fused_attention, fused_attention_backward, merge_into
 
 __all__ = ["Transfer", "shift_right", "ring_attention_forward", "ring_attention_backward",
            "RingAttention", "ring_attention", "fully_masked"]
 
 Attend = Callable[..., tuple[Tensor, Tensor]]
+
+# The block kernel of this reference ring: PyTorch's fused flash attention (`parlab.cp.fused`)
+# when True; the block kernel with the maths spelled out (`parlab.cp.blocks`) when False.
+FUSED = True
+
+
+def _kernels() -> tuple[Attend, Callable[..., tuple[Tensor, Tensor, Tensor]], Attend]:
+    """(block forward, block backward, merge) of the reference path."""
+    return ((fused_attention, fused_attention_backward, merge_into) if FUSED else
+            (block_attention, block_attention_backward, merge_partials))
 
 
 class Transfer:
@@ -75,7 +97,7 @@ def shift_right(tensors: Sequence[Tensor], *, group: Any = None) -> Transfer:
         handles.append(dist.irecv(buf, src=left, group=group))
         handles.append(dist.isend(t.contiguous(), dst=right, group=group))
         received.append(buf)
-    return Transfer(handles, received)
+    return Transfer(timeline.watched(handles), received)  # (a watcher under a profiler)
 
 
 class Pending(Protocol):
@@ -90,13 +112,18 @@ class Shift(Protocol):
     def __call__(self, tensors: Sequence[Tensor], *, group: Any = None) -> Pending: ...
 
 
+def _range(name: str, on: bool = True) -> contextlib.AbstractContextManager:
+    """A profiler range `name` (a no-op where `on` is False)."""
+    return record_function(name) if on else contextlib.nullcontext()
+
+
 def fully_masked(q_pos: Tensor, k_pos: Tensor, *, causal: bool) -> bool:
     """True when causal and every key comes after every query: the block adds nothing."""
     return causal and int(k_pos.min()) > int(q_pos.max())
 
 
 def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
-                           overlap: bool = True, attend: Attend = block_attention,
+                           overlap: bool = True, attend: Attend | None = None,
                            shift: Shift | None = None,
                            group: Any = None) -> tuple[Tensor, Tensor]:
     """This rank's attention output over the whole sequence: (out, lse).
@@ -106,20 +133,25 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
     `attend` computes one block and `shift` posts one step's transfer (`shift_right`): the
     overlap measurement passes a block of known cost and a link of known speed.
     """
+    attend = _kernels()[0] if attend is None else attend
     shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     out, lse = empty_partial(q)  # (B, H, n, D), (B, H, n): nothing seen yet
     kv = [k.contiguous(), v.contiguous()]
     for step in range(world):
         src = (rank - step) % world  # whose K/V block this rank holds now
-        transfer = shift(kv, group=group) if step + 1 < world else None
+        with _range(f"ring step {step} send/recv", step + 1 < world):
+            transfer = shift(kv, group=group) if step + 1 < world else None
         if transfer is not None and not overlap:
-            transfer.wait()  # the version that waits: nothing hides this transfer
+            with _range(f"ring step {step} wait"):
+                transfer.wait()  # the version that waits: nothing hides this transfer
         if not fully_masked(pos[rank], pos[src], causal=causal):
-            part = attend(q, kv[0], kv[1], pos[rank], pos[src], causal=causal)
-            out, lse = merge_partials(out, lse, *part)
+            with _range(f"ring step {step} compute"):
+                part = attend(q, kv[0], kv[1], pos[rank], pos[src], causal=causal)
+                out, lse = _kernels()[2](out, lse, *part)
         if transfer is not None:
-            kv = transfer.wait()  # the next block, which flew while this one computed
+            with _range(f"ring step {step} wait", overlap):
+                kv = transfer.wait()  # the next block, which flew while this one computed
     return out.to(q.dtype), lse
 
 
@@ -134,21 +166,31 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     grads: Transfer | None = None  # the accumulators arriving from the left
     for step in range(world):
         src = (rank - step) % world
-        transfer = shift_right(kv, group=group) if step + 1 < world else None
-        dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
-        dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
-        if not fully_masked(pos[rank], pos[src], causal=causal):
-            dq_b, dk_b, dv_b = block_attention_backward(q, kv[0], kv[1], out, lse, dout,
-                                                        pos[rank], pos[src], causal=causal)
-            dq = dq + dq_b
+        with _range(f"ring backward step {step} send/recv K/V", step + 1 < world):
+            transfer = shift_right(kv, group=group) if step + 1 < world else None
+        if fully_masked(pos[rank], pos[src], causal=causal):  # these queries add nothing
+            dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
+            dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
+        else:
+            with _range(f"ring backward step {step} compute"):
+                dq_b, dk_b, dv_b = _kernels()[1](q, kv[0], kv[1], out, lse, dout, pos[rank],
+                                                 pos[src], causal=causal)
+                dq += dq_b
+                del dq_b  # held no longer than needed: the ring's memory is what it is for
         if grads is not None:  # block src's accumulators, as the left neighbour passed them
-            dk_in, dv_in = grads.wait()
-            dk_b, dv_b = dk_b + dk_in, dv_b + dv_in
-        grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
+            with _range(f"ring backward step {step} wait dK/dV"):
+                dk_in, dv_in = grads.wait()
+            dk_b += dk_in  # dk_b and dv_b are this step's own tensors: add in place
+            dv_b += dv_in
+            del dk_in, dv_in
+        with _range(f"ring backward step {step} send/recv dK/dV"):
+            grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
         if transfer is not None:
-            kv = transfer.wait()
+            with _range(f"ring backward step {step} wait K/V"):
+                kv = transfer.wait()
     assert grads is not None
-    dk, dv = grads.wait()  # after W hops, block `rank`'s accumulators are home
+    with _range(f"ring backward step {world} wait dK/dV"):
+        dk, dv = grads.wait()  # after W hops, block `rank`'s accumulators are home
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 

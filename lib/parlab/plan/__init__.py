@@ -1,17 +1,21 @@
 """A parallelism planner: every DP × TP × PP (× CP × EP) shape of a cluster, priced and ranked.
 
 - `types`: what the planner is given (`Model`, `Cluster`) and returns (`Plan`).
-- `costs`: memory per GPU, bytes per axis and link, stage imbalance.
+- `costs`: memory per GPU, bytes per axis and link, stage imbalance; the exposed time of CP
+  (ring attention or Ulysses, `CP_KINDS`) and the bubble of each schedule (1F1B or
+  DualPipe-V, `SCHEDULES`).
 - `presets`: the course's practice problems and published runs.
-- `planner`: `plan`, `best`, `evaluate`, `table`.
+- `planner`: `plan`, `best`, `evaluate`, `table`; `timing`: a plan's step, part by part.
 - `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
 - `tables`: module 07's tables as Markdown (`axis_table`, `placement_table`, `plans_table`,
   `published_table`).
 """
 
 from parlab.plan.costs import (
+    CP_KINDS,
     DP_GROUP,
     RECOMPUTE,
+    SCHEDULES,
     activation_memory,
     axis_bytes,
     nodes_spanned,
@@ -19,6 +23,7 @@ from parlab.plan.costs import (
     stage_layers,
     stage_params,
     state_memory,
+    tp_heads,
 )
 from parlab.plan.planner import STRATEGIES, best, evaluate, peak_seconds, plan, table
 from parlab.plan.presets import (
@@ -27,6 +32,7 @@ from parlab.plan.presets import (
     H100_32,
     H100_512,
     LLAMA3_405B,
+    LLAMA3_405B_LONG,
     LLAMA3_CLUSTER,
     MEGATRON_1T,
     MEGATRON_CLUSTER,
@@ -34,6 +40,7 @@ from parlab.plan.presets import (
     PRACTICE_70B,
     PRESETS,
     PUBLISHED,
+    PUBLISHED_VARIANTS,
     SEED_70B,
 )
 from parlab.plan.tables import (
@@ -43,6 +50,8 @@ from parlab.plan.tables import (
     placement_table,
     plans_table,
     published_table,
+    variant_plans,
+    variants_table,
 )
 from parlab.plan.topology import AXIS_COLOURS, draw_plan, shown_nodes
 from parlab.plan.types import ACHIEVABLE, AxisTraffic, Cluster, Model, Plan, Shape
@@ -52,7 +61,9 @@ __all__ = [
     "stage_layers", "stage_params", "state_memory", "activation_memory", "axis_bytes",
     "stage_imbalance", "PRACTICE_70B", "SEED_70B", "H100_32", "MODEL_512", "H100_512",
     "LLAMA3_405B", "LLAMA3_CLUSTER", "MEGATRON_1T", "MEGATRON_CLUSTER", "DEEPSEEK_V3",
-    "DEEPSEEK_CLUSTER", "PRESETS", "evaluate", "plan", "best", "table", "STRATEGIES",
+    "DEEPSEEK_CLUSTER", "PRESETS", "PUBLISHED_VARIANTS", "LLAMA3_405B_LONG", "CP_KINDS",
+    "SCHEDULES", "tp_heads", "evaluate", "plan", "best", "table", "STRATEGIES",
     "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
     "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
+    "variant_plans", "variants_table",
 ]

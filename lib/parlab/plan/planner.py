@@ -12,6 +12,8 @@ For each shape $(d, t, p, c, e)$ with $dtpce$ = GPUs, each ZeRO strategy and eac
 policy, `evaluate`:
 1. checks the shape divides the model: t | heads, p ≤ L, c | s, e | E, and the global batch B
    (sequences) splits into $m = B / (d\,e\,b)$ micro-batches of b for every pipeline;
+   Ulysses CP (`cp_kind="ulysses"`) needs c to divide the query and key/value heads of a TP
+   rank (it caps at the head count), DualPipe-V (`schedule="dualpipe_v"`) m ≥ 2p;
 2. memory per GPU of the first (fullest) stage, from `plan_costs`, against `usable` × memory;
 3. places each axis on the rank grid (`parlab.mesh`, TP innermost) and reads the link its
    groups ride; TP groups that leave a node are rejected (rule 1 of the placement heuristics:
@@ -19,10 +21,14 @@ policy, `evaluate`:
 4. times a step. Compute $T_c = f N_{act} B s / (G a F)$ ($f = 6$ FLOPs per token and
    parameter, 8 with full recomputation, which runs the forward twice; $a$ =
    `Cluster.achievable`, the share of the peak F the matmuls sustain) times the busiest
-   stage's share (`plan_costs.stage_imbalance`); TP, CP, EP and PP bytes
-   over their link's bandwidth lie on the critical path and, with $T_c$, make the busy time
-   W; the pipeline adds $W\frac{\beta}{1-\beta}$, $\beta$ = `costs.bubble_fraction(p, m)`
-   (the step is $W\frac{m+p-1}{m}$ before DP); DP shows only what its window cannot hide:
+   stage's share (`plan_costs.stage_imbalance`); TP, EP and PP bytes over their link's
+   bandwidth lie on the critical path, CP's as far as attention does not hide them
+   (`plan_costs.cp_seconds`: ring attention hides a step's transfer behind its block, Ulysses
+   hides nothing) and, with $T_c$, make the busy time W; DualPipe-V hides a share of the EP
+   and CP time in its overlapped pairs (`plan_costs.pair_hidden_share`); the pipeline adds
+   its bubble, 1F1B's $W\frac{\beta}{1-\beta}$, $\beta$ = `costs.bubble_fraction(p, m)`
+   (the step is $W\frac{m+p-1}{m}$ before DP), or DualPipe-V's third of it
+   (`plan_costs.bubble_seconds`); DP shows only what its window cannot hide:
    the last micro-batch's backward (ddp, $\frac{2}{3}T_c/m$), its forward and backward
    (zero1, $T_c/m$), or the whole step (zero2, zero3, which send every micro-batch).
 Kept plans are ranked by step time (then memory); rejected ones follow with their reasons.
@@ -32,8 +38,8 @@ peak over the step time, so it is at most `achievable`; published runs report 38
 
 Where the model is rough: compute is $6N$ per token (no attention-score FLOPs) at one assumed
 share of peak for every kernel, so step times and MFU are optimistic; links are bandwidth only
-(no latency, no contention between axes sharing a NIC, one NIC per GPU); CP and EP traffic is
-counted as exposed (ring attention and DualPipe-style overlap hide much of it); a PP group is
+(no latency, no contention between axes sharing a NIC, one NIC per GPU); EP traffic is
+counted as exposed except in DualPipe-V's pairs; a PP group is
 called inter-node if any of its ranks sits on another node, though only neighbours talk;
 activations use the GPT-style 34·sbh per layer (SwiGLU, GQA and MLA change it), MoE layers' as
 if dense; stages take ⌈L/p⌉ layers (Llama 3 trims the first and last stage instead); no
@@ -47,14 +53,16 @@ import math
 from parlab import costs
 from parlab.mesh import make_mesh
 from parlab.plan.costs import (
+    CP_KINDS,
     DP_GROUP,
     RECOMPUTE,
+    SCHEDULES,
     activation_memory,
     axis_bytes,
     nodes_spanned,
-    stage_imbalance,
     stage_layers,
     state_memory,
+    tp_heads,
 )
 from parlab.plan.presets import (
     DEEPSEEK_CLUSTER,
@@ -70,6 +78,7 @@ from parlab.plan.presets import (
     PRESETS,
     SEED_70B,
 )
+from parlab.plan.timing import peak_seconds, step_times
 from parlab.plan.types import AxisTraffic, Cluster, Model, Plan, Shape
 
 __all__ = ["Model", "Cluster", "AxisTraffic", "Plan", "evaluate", "plan", "best", "table",
@@ -83,12 +92,15 @@ zero2 is left out: with gradient accumulation it reduce-scatters every micro-bat
 to m times zero1's bytes to save only the gradients' share of the state, and the step-time
 model, which lets the whole step hide that traffic, would rank it level with zero1. Pass
 `strategies=` to include it."""
-_WINDOW = {"ddp": 2 / 3, "zero1": 1.0}  # share of one micro-batch's compute that hides DP
 _AXIS_GROUPS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "pp": ("pp",), "dp": DP_GROUP}
 
 
 def _check_options(strategy: str, recompute: str, global_batch: int, micro_batch: int,
-                   usable: float) -> None:
+                   usable: float, cp_kind: str = "ring", schedule: str = "1f1b") -> None:
+    if cp_kind not in CP_KINDS:
+        raise ValueError(f"cp_kind={cp_kind!r}: use one of {', '.join(CP_KINDS)}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: use one of {', '.join(SCHEDULES)}")
     if strategy not in costs.STRATEGIES:
         raise ValueError(f"strategy={strategy!r}: use one of {', '.join(costs.STRATEGIES)}")
     if recompute not in RECOMPUTE:
@@ -99,6 +111,19 @@ def _check_options(strategy: str, recompute: str, global_batch: int, micro_batch
     if isinstance(usable, bool) or not isinstance(usable, (int, float)) or not 0 < usable <= 1:
         raise ValueError(f"usable={usable!r} is the share of GPU memory a plan may fill: "
                          "pass a number in (0, 1], e.g. 0.9")
+
+
+def _variant_problems(model: Model, s: Shape, m: int, cp_kind: str, schedule: str) -> list[str]:
+    out = []
+    q, kv = tp_heads(model, s.tp)
+    if cp_kind == "ulysses" and s.cp > 1 and (q % s.cp or kv % s.cp):
+        out.append(f"Ulysses CP {s.cp} needs whole heads on every rank, but a TP rank holds "
+                   f"{q} query and {kv} key/value heads: Ulysses caps at the head count (use "
+                   "ring attention, or a degree dividing both)")
+    if schedule == "dualpipe_v" and m < 2 * s.pp:
+        out.append(f"DualPipe-V needs m >= 2p micro-batches per pipeline: m = {m} for "
+                   f"p = {s.pp}")
+    return out
 
 
 def _shape_problems(model: Model, s: Shape, global_batch: int, micro_batch: int) -> list[str]:
@@ -133,29 +158,6 @@ def _traffic(cluster: Cluster, s: Shape, nbytes: dict[str, float]) -> tuple[Axis
     return tuple(out)
 
 
-def peak_seconds(model: Model, cluster: Cluster, tokens: float) -> float:
-    """Seconds a step's 6·N_act FLOPs per token take on every GPU at peak FLOP/s."""
-    return 6 * model.active_params * tokens / (cluster.gpus * cluster.flops)
-
-
-def _times(model: Model, cluster: Cluster, s: Shape, traffic: tuple[AxisTraffic, ...], *,
-           strategy: str, recompute: str, tokens: float, m: int
-           ) -> tuple[dict[str, float], float]:
-    useful = peak_seconds(model, cluster, tokens) / cluster.achievable
-    compute = useful * (8 / 6 if recompute == "full" else 1.0) * stage_imbalance(model, s.pp)
-    times = {"compute useful": useful, "compute overhead": compute - useful}
-    for t in traffic:
-        if t.axis != "dp":
-            times[f"{t.axis.upper()} comms"] = t.seconds
-    busy = sum(times.values())
-    bubble = costs.bubble_fraction(s.pp, m)
-    times["PP bubble"] = busy * bubble / (1 - bubble)
-    window = compute * (_WINDOW[strategy] / m if strategy in _WINDOW else 1.0)
-    dp = next(t for t in traffic if t.axis == "dp")
-    times["DP exposed"] = max(0.0, dp.seconds - window)
-    return times, bubble
-
-
 def _gb(x: float) -> str:
     return f"{x / 1e9:,.1f} GB"
 
@@ -184,11 +186,13 @@ def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
 
 def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 1, cp: int = 1,
              ep: int = 1, strategy: str = "zero1", recompute: str = "selective",
-             global_batch: int, micro_batch: int = 1, usable: float = 0.9) -> Plan:
+             global_batch: int, micro_batch: int = 1, usable: float = 0.9,
+             cp_kind: str = "ring", schedule: str = "1f1b") -> Plan:
     """One plan, judged. Raises ValueError when the sizes do not multiply to cluster.gpus or
     an option is unknown; a shape the model cannot take (tp not dividing the heads, ...) comes
-    back as a rejected Plan saying why."""
-    _check_options(strategy, recompute, global_batch, micro_batch, usable)
+    back as a rejected Plan saying why. cp_kind: "ring" or "ulysses"; schedule: "1f1b" or
+    "dualpipe_v"."""
+    _check_options(strategy, recompute, global_batch, micro_batch, usable, cp_kind, schedule)
     s = Shape(dp=dp, pp=pp, ep=ep, cp=cp, tp=tp)
     if math.prod(s) != cluster.gpus:
         raise ValueError(f"dp·pp·ep·cp·tp = {' × '.join(map(str, s))} = {math.prod(s)} but "
@@ -196,22 +200,33 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
                          "is the number of GPUs")
     problems = _shape_problems(model, s, global_batch, micro_batch)
     m = max(1, global_batch // (dp * ep * micro_batch))
+    problems += _variant_problems(model, s, m, cp_kind, schedule)
     memory = state_memory(model, s, strategy)
     memory["activations"] = activation_memory(model, s, micro_batch=micro_batch,
-                                              microbatches=m, recompute=recompute)
-    nbytes = axis_bytes(model, s, strategy=strategy, micro_batch=micro_batch, microbatches=m)
+                                              microbatches=m, recompute=recompute,
+                                              schedule=schedule)
+    nbytes = axis_bytes(model, s, strategy=strategy, micro_batch=micro_batch, microbatches=m,
+                        cp_kind=cp_kind)
     traffic = _traffic(cluster, s, nbytes)
-    times, bubble = _times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
-                           tokens=global_batch * model.seq, m=m)
+    times, bubble = step_times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
+                           tokens=global_batch * model.seq, m=m, micro_batch=micro_batch,
+                           cp_kind=cp_kind, schedule=schedule)
     capacity = usable * cluster.memory
     fails, notes = _judge(cluster, memory, capacity, traffic, usable)
     if pp > 1:
-        notes.append(f"bubble {bubble:.1%} with m = {m} micro-batches over {pp} stages "
-                     f"of up to {stage_layers(model, pp)} layers")
+        notes.append(f"bubble {bubble:.1%} with m = {m} micro-batches over {pp} "
+                     + (f"ranks of two chunks each (DualPipe-V, {2 * pp} stages)"
+                        if schedule == "dualpipe_v" else "stages")
+                     + f" of up to {stage_layers(model, pp)} layers")
+    if cp > 1:
+        notes.append(f"CP {cp} by {'Ulysses' if cp_kind == 'ulysses' else 'ring attention'}: "
+                     f"{times.get('CP comms', 0.0):.3g} s exposed of "
+                     f"{nbytes['cp'] / 1e9:,.1f} GB sent")
     fails = problems + fails
     return Plan(dp, tp, pp, cp, ep, strategy, recompute, micro_batch, m, memory, capacity,
                 traffic, bubble, times, kept=not fails, reasons=tuple(fails or notes),
-                peak_compute_s=peak_seconds(model, cluster, global_batch * model.seq))
+                peak_compute_s=peak_seconds(model, cluster, global_batch * model.seq),
+                cp_kind=cp_kind, schedule=schedule)
 
 
 def _divisors(n: int) -> list[int]:
@@ -231,17 +246,23 @@ def _shapes(model: Model, cluster: Cluster, cp_sizes: tuple[int, ...], max_tp: i
 def plan(model: Model, cluster: Cluster, *, global_batch: int, micro_batch: int = 1,
          strategies: tuple[str, ...] = STRATEGIES,
          recompute: tuple[str, ...] = ("selective", "full"), cp_sizes: tuple[int, ...] = (1,),
-         max_tp: int | None = None, usable: float = 0.9) -> list[Plan]:
+         max_tp: int | None = None, usable: float = 0.9,
+         cp_kinds: tuple[str, ...] = ("ring",),
+         schedules: tuple[str, ...] = ("1f1b",)) -> list[Plan]:
     """Every plan with tp ≤ max_tp (default two nodes' worth, to show why TP stays home),
-    p ≤ L, c in cp_sizes, e dividing the experts: kept ones by step time, then rejected ones
-    (fewest failed checks first)."""
+    p ≤ L, c in cp_sizes (each by every kind in cp_kinds), e dividing the experts, every
+    schedule in schedules for p > 1: kept ones by step time, then rejected ones (fewest
+    failed checks first)."""
     max_tp = max_tp or 2 * cluster.gpus_per_node
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in (*cp_sizes, max_tp)):
         raise ValueError(f"cp_sizes={cp_sizes!r} and max_tp={max_tp!r} must be whole numbers "
                          ">= 1, e.g. cp_sizes=(1, 2, 4)")
     plans = [evaluate(model, cluster, **s._asdict(), strategy=st, recompute=rc,
-                      global_batch=global_batch, micro_batch=micro_batch, usable=usable)
+                      global_batch=global_batch, micro_batch=micro_batch, usable=usable,
+                      cp_kind=kind, schedule=sched)
              for s in _shapes(model, cluster, cp_sizes, max_tp)
+             for kind in (cp_kinds if s.cp > 1 else cp_kinds[:1])
+             for sched in (schedules if s.pp > 1 else schedules[:1])
              for st in strategies for rc in recompute]
     return sorted(plans, key=lambda p: (not p.kept, 0 if p.kept else len(p.reasons),
                                         p.step_s, p.memory_total))

@@ -30,6 +30,21 @@ Bandwidths are bytes/s per GPU, ONE direction (NVLink datasheets quote both dire
   trained on 2048 H800 with PP 16, EP 64 over 8 nodes, ZeRO-1 DP and no TP; the report
   quotes 160 GB/s NVLink and 50 GB/s InfiniBand per GPU. Its attention is MLA, which the
   planner's activation formula does not model.
+
+Runs that use the schedule and the CP variant of modules 04 and 05 (`PUBLISHED_VARIANTS`):
+- DeepSeek-V3's PP 16 × EP 64 × DP 2 ran DualPipe (arXiv:2412.19437, section 3.2.1), which
+  overlaps each forward chunk with a backward chunk so that the EP all-to-alls hide under
+  compute. The planner prices DualPipe-V, its one-direction form in the DualPipe repository
+  (same bubble and activations per device, one copy of the weights instead of two).
+- Llama 3 405B's long-context phase (arXiv:2407.21783, table 4): 16,384 GPUs as TP 8 × CP 16
+  × PP 16 × DP 8 at 131,072 tokens, 16M tokens per batch, 380 TFLOP/s per GPU (38% BF16
+  MFU). Its 8 key/value heads leave one per TP rank, so Ulysses cannot split them 16 ways:
+  the planner rejects Ulysses there and keeps the ring (Llama 3's own CP exchanges K and V).
+- Ulysses in print: DeepSpeed-Ulysses (Jacobs et al., arXiv:2309.14509) trains a 1.3B GPT at
+  32K tokens on 8 A100 with Ulysses degree 4 and scales a 1.2B GPT to 1M tokens on 64 A100;
+  USP (Fang and Zhao, arXiv:2405.07719) reports 47% MFU for Llama 3 8B at 208K tokens on two
+  8 x A800 nodes, Ulysses inside a node and a ring across. Their head counts and clusters are
+  not all published, so they are cited, not priced.
 """
 
 from __future__ import annotations
@@ -50,7 +65,9 @@ MODEL_512 = Model("MT-NLG 530B", 530e9, layers=105, hidden=20480, heads=128, seq
 H100_512 = Cluster("512 × H100 80 GB (64 nodes)", gpus=512, gpus_per_node=8, memory=80e9,
                    intra_bw=_NVLINK4, inter_bw=_NIC, flops=costs.H100_BF16_FLOPS)
 LLAMA3_405B = Model("Llama 3 405B", 405e9, layers=126, hidden=16384, heads=128, seq=8192,
-                    vocab=128256)
+                    vocab=128256, kv_heads=8)
+LLAMA3_405B_LONG = Model("Llama 3 405B, 128K context", 405e9, layers=126, hidden=16384,
+                         heads=128, seq=131072, vocab=128256, kv_heads=8)
 LLAMA3_CLUSTER = Cluster("16,384 × H100 80 GB (Llama 3)", gpus=16384, gpus_per_node=8,
                          memory=80e9, intra_bw=_NVLINK4, inter_bw=_NIC, flops=989e12,
                          inter_name="RoCE")
@@ -85,3 +102,16 @@ PUBLISHED: dict[str, tuple[dict[str, int], str]] = {
 """Preset name -> (the run's published plan, the MFU it reports). Megatron-LM counts
 96·B·s·l·h² FLOPs per step, the recomputed forward included (72 without), so its 52% is
 52% · 72/96 = 39% in the 6N count this course calls MFU (`parlab.plan.Plan.mfu`)."""
+
+PUBLISHED_VARIANTS: dict[str, tuple[Model, Cluster, int, dict[str, int | str], str]] = {
+    "DeepSeek-V3 on 2,048 H800 (DualPipe)": (
+        DEEPSEEK_V3, DEEPSEEK_CLUSTER, 15360,
+        {"pp": 16, "ep": 64, "dp": 2, "schedule": "dualpipe_v"},
+        "DualPipe with PP 16, EP 64 over 8 nodes, ZeRO-1 DP (arXiv:2412.19437, 3.2.1)"),
+    "Llama 3 405B at 128K tokens on 16,384 H100": (
+        LLAMA3_405B_LONG, LLAMA3_CLUSTER, 128,
+        {"tp": 8, "cp": 16, "pp": 16, "dp": 8, "cp_kind": "ring"},
+        "TP 8 x CP 16 x PP 16 x DP 8, 38% BF16 MFU (arXiv:2407.21783, table 4)"),
+}
+"""Name -> (model, cluster, global batch in sequences, the published plan with the schedule or
+CP variant the planner prices it by, what the source reports); see the module docstring."""

@@ -6,6 +6,7 @@ r"""Module 07's tables, as Markdown: what each axis sends, where it lands, how p
                                             nodes_spanned)))     # section 3, your functions
     display(Markdown(tables.plans_table(plans)))                    # section 5
     display(Markdown(tables.published_table()))                     # section 5, published runs
+    display(Markdown(tables.variants_table()))                      # DualPipe-V and Ulysses
 
 `axis_table` prices one transformer layer on each axis alone with the planner's own cost
 function (`parlab.plan.costs.axis_bytes`), so it matches the planner by construction, and
@@ -24,11 +25,11 @@ import torch
 
 from parlab.plan.costs import axis_bytes
 from parlab.plan.planner import best, evaluate, plan
-from parlab.plan.presets import PRESETS, PUBLISHED
+from parlab.plan.presets import PRESETS, PUBLISHED, PUBLISHED_VARIANTS
 from parlab.plan.types import Cluster, Model, Plan, Shape
 
 __all__ = ["markdown", "AxisRow", "axis_rows", "axis_table", "placement_table", "plans_table",
-           "published_table"]
+           "published_table", "variant_plans", "variants_table"]
 
 
 def markdown(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -140,3 +141,39 @@ def published_table(names: Sequence[str] = tuple(PUBLISHED)) -> str:
                      f"{top.mfu:.0%}" if top else "", published_mfu))
     return markdown(["run", "published plan", "kept?", "its MFU (planner)", "planner's top plan",
                      "TP inside a node?", "top's MFU", "published MFU"], rows)
+
+
+_ALTERNATIVE = {"schedule": {"dualpipe_v": "1f1b", "1f1b": "dualpipe_v"},
+                "cp_kind": {"ring": "ulysses", "ulysses": "ring"}}
+
+
+def variant_plans(name: str) -> tuple[Plan, Plan]:
+    """A run of `PUBLISHED_VARIANTS` judged as published (its schedule or CP variant) and with
+    the other choice in its place (1F1B for DualPipe-V, Ulysses for ring, ...); full
+    recomputation, as `published_table`."""
+    model, cluster, batch, sizes, _ = PUBLISHED_VARIANTS[name]
+    dp, tp, pp, cp, ep = (int(sizes.get(a, 1)) for a in ("dp", "tp", "pp", "cp", "ep"))
+    schedule, cp_kind = str(sizes.get("schedule", "1f1b")), str(sizes.get("cp_kind", "ring"))
+
+    def judged(schedule: str, cp_kind: str) -> Plan:
+        return evaluate(model, cluster, global_batch=batch, recompute="full", dp=dp, tp=tp,
+                        pp=pp, cp=cp, ep=ep, schedule=schedule, cp_kind=cp_kind)
+
+    if "schedule" in sizes:
+        return judged(schedule, cp_kind), judged(_ALTERNATIVE["schedule"][schedule], cp_kind)
+    return judged(schedule, cp_kind), judged(schedule, _ALTERNATIVE["cp_kind"][cp_kind])
+
+
+def variants_table(names: Sequence[str] = tuple(PUBLISHED_VARIANTS)) -> str:
+    """Each run of `PUBLISHED_VARIANTS`, as published and with the other choice: kept?,
+    bubble, exposed CP seconds, step time, MFU, and the first reason when rejected."""
+    rows = []
+    for name in names:
+        for p in variant_plans(name):
+            why = "" if p.kept else p.reasons[0]
+            rows.append((name, p.label, "yes" if p.kept else "no", f"{p.bubble:.1%}",
+                         f"{p.times.get('EP comms', 0.0):.2f}",
+                         f"{p.times.get('CP comms', 0.0):.2f}", f"{p.step_s:.1f}",
+                         f"{p.mfu:.0%}", why))
+    return markdown(["run", "plan", "kept?", "bubble", "EP s exposed", "CP s exposed",
+                     "step s", "MFU", "rejected because"], rows)

@@ -24,6 +24,7 @@ _HINTS = {
     "experts": "routed experts per MoE layer (0 for a dense model)",
     "top_k": "experts per token (0 for a dense model)", "moe_layers": "MoE layers (0: all)",
     "expert_params": "parameters inside the experts (0 for a dense model)",
+    "kv_heads": "key/value heads of grouped-query attention, e.g. 8 (0: as many as heads)",
     "gpus": "the number of GPUs", "gpus_per_node": "GPUs per node, e.g. 8",
     "memory": "bytes per GPU, e.g. 80e9", "intra_bw": "bytes/s per direction, e.g. 450e9",
     "inter_bw": "bytes/s per direction, e.g. 50e9", "flops": "FLOP/s per GPU, e.g. 989e12",
@@ -79,13 +80,19 @@ class Model:
     """Parameters inside routed experts, all layers together; EP shards them."""
     moe_layers: int = 0
     """Layers that carry an MoE block; 0 means all of them when experts > 0."""
+    kv_heads: int = 0
+    """Key/value heads H_kv (grouped-query attention); 0 means as many as `heads`. Ring
+    attention sends K and V of these; Ulysses needs the CP degree to divide them."""
 
     def __post_init__(self) -> None:
         _positive("Model", "n_params", self.n_params)
         for name in ("layers", "hidden", "heads", "seq"):
             _whole("Model", name, getattr(self, name))
-        for name in ("vocab", "experts", "top_k", "moe_layers"):
+        for name in ("vocab", "experts", "top_k", "moe_layers", "kv_heads"):
             _whole("Model", name, getattr(self, name), minimum=0)
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError(f"Model.kv_heads={self.kv_heads} must divide heads={self.heads}: "
+                             "each key/value head serves a whole group of query heads")
         _positive("Model", "expert_params", self.expert_params, zero=True)
         if (self.experts > 0) != (self.top_k > 0) or (self.experts > 0) != (self.expert_params > 0):
             raise ValueError("Model: an MoE needs experts, top_k and expert_params all > 0 (a "
@@ -96,6 +103,11 @@ class Model:
             raise ValueError(f"Model.n_params={self.n_params:.4g} leaves no parameters for the "
                              "layers once the experts and the 2·vocab·hidden embeddings are "
                              "taken out: check the units (70e9, not 70)")
+
+    @property
+    def kv(self) -> int:
+        """Key/value heads (`heads` unless grouped-query attention says fewer)."""
+        return self.kv_heads or self.heads
 
     @property
     def moe_layer_count(self) -> int:
@@ -205,9 +217,9 @@ class Plan:
     tp: int
     """Tensor-parallel degree t (with sequence parallelism)."""
     pp: int
-    """Pipeline stages p (1F1B)."""
+    """Pipeline stages p, run by `schedule`."""
     cp: int
-    """Context-parallel degree c (ring attention)."""
+    """Context-parallel degree c, by `cp_kind`."""
     ep: int
     """Expert-parallel degree e."""
     strategy: str
@@ -225,7 +237,8 @@ class Plan:
     traffic: tuple[AxisTraffic, ...]
     """Every axis of size > 1 (dp always), innermost first."""
     bubble: float
-    """Pipeline bubble as a share of the step, (p-1)/(m+p-1)."""
+    """Pipeline bubble as a share of the step: (p-1)/(m+p-1) under 1F1B, (p-1)/(3m+p-1)
+    under DualPipe-V (`parlab.plan.costs.bubble_seconds`)."""
     times: dict[str, float]
     """Seconds per step: compute, the exposed comms of each axis, bubble; they sum to step_s."""
     kept: bool
@@ -234,6 +247,10 @@ class Plan:
     """Why it was rejected (every failed check) or, when kept, what makes it work."""
     peak_compute_s: float = 0.0
     """Seconds the model's 6·N_act FLOPs per token of a step would take at peak FLOP/s."""
+    cp_kind: str = "ring"
+    """How CP splits attention: "ring" (ring attention) or "ulysses" (all-to-all by heads)."""
+    schedule: str = "1f1b"
+    """The pipeline schedule: "1f1b" or "dualpipe_v" (two chunks per rank in a V)."""
 
     @property
     def memory_total(self) -> float:
@@ -251,7 +268,9 @@ class Plan:
 
     @property
     def label(self) -> str:
-        axes = [f"{a.upper()} {n}" for a, n in (("tp", self.tp), ("cp", self.cp),
+        names = {"cp": "CP" if self.cp_kind == "ring" else "Ulysses CP",
+                 "pp": "PP" if self.schedule == "1f1b" else "DualPipe-V PP"}
+        axes = [f"{names.get(a, a.upper())} {n}" for a, n in (("tp", self.tp), ("cp", self.cp),
                 ("ep", self.ep), ("pp", self.pp), ("dp", self.dp)) if n > 1]
         return f"{' × '.join(axes) or '1 GPU'}, {self.strategy}, {self.recompute} recompute"
 

@@ -2,7 +2,9 @@ r"""Run any valid pipeline schedule on real ranks, over point-to-point messages.
 
 The model (`parlab.pp.model`) is a stack of `n_layers` small layers (Linear + tanh, `width`
 wide), split into $p \cdot v$ stages of equal size; rank r holds stages r, r + p, ... (its
-chunks, looped placement). The batch (B, width) is split into m microbatches of B/m rows.
+chunks, looped placement), or r and 2p - 1 - r (placement "v", DualPipe-V: stages p - 1
+and p both on rank p - 1 hand over without a message).
+The batch (B, width) is split into m microbatches of B/m rows.
 Per action:
 
     F(i, s): x = microbatch i (s = 0) or recv from stage s-1;  y = stage(x)
@@ -25,6 +27,11 @@ Timing: each action waits for its input (idle), then runs; with `costs=(t_f, t_b
 seconds (for a rank's whole share, as `parlab.pp.simulator`) it also sleeps until it has lasted
 its cost, which makes the real timeline comparable with `simulate`. Clock: perf_counter,
 shared by the processes of one machine.
+
+Under a profiler (`parlab.launch.run(..., trace=path)`) every action is a range named by
+`range_name`, "F mb3 chunk1" (kind, microbatch, chunk), around its compute and its sleep; the
+wait for its input is "recv F mb3 chunk1" and the hand-over of its output "send F mb3 chunk1
+to rank 2", so a rank's idle time is what lies between its F/B/W ranges.
 """
 
 from __future__ import annotations
@@ -38,12 +45,19 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import record_function
 
+from parlab.pp.actions import Action, Schedule, placed_rank, placed_stage
 from parlab.pp.model import build_chunks, make_data, make_model
-from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
+from parlab.pp.schedules import shape_of
 from parlab.pp.simulator import Span, action_cost
 
-__all__ = ["StageContext", "make_context", "Mailbox", "execute"]
+__all__ = ["StageContext", "make_context", "Mailbox", "execute", "range_name"]
+
+
+def range_name(a: Action) -> str:
+    """The profiler range of one action: "F mb3 chunk1" (kind, microbatch, chunk)."""
+    return f"{a.kind} mb{a.microbatch} chunk{a.chunk}"
 
 
 @dataclass
@@ -64,9 +78,14 @@ class StageContext:
     saved: dict = field(default_factory=dict)  # (microbatch[, chunk]) -> what B and W need
     losses: list = field(default_factory=list)  # each microbatch's loss / m (last stage)
     sends: list = field(default_factory=list)  # pending isend handles, waited at the end
+    placement: str = "looped"  # or "v" (DualPipe-V): where this rank's chunks sit
 
     def stage_index(self, chunk: int = 0) -> int:
-        return chunk * self.p + self.rank
+        return placed_stage(self.rank, chunk, self.p, self.placement)
+
+    def owner(self, stage: int) -> int:
+        """The rank holding `stage`."""
+        return placed_rank(stage, self.p, self.placement)[0]
 
     def first(self, chunk: int = 0) -> bool:
         return self.stage_index(chunk) == 0
@@ -97,18 +116,20 @@ class StageContext:
 
 def make_context(p: int, m: int, v: int, *, n_layers: int = 8, width: int = 16,
                  batch: int = 16, seed: int = 0, dtype: torch.dtype = torch.float64,
-                 layers_of: Callable | None = None) -> tuple[StageContext, list[list[int]]]:
+                 layers_of: Callable | None = None,
+                 placement: str = "looped") -> tuple[StageContext, list[list[int]]]:
     """In a rank: build this rank's chunks and data from the seeded model."""
     rank = dist.get_rank()
     if batch % m:
         raise ValueError(f"batch {batch} does not split into {m} microbatches")
     model = make_model(n_layers, width, seed=seed, dtype=dtype)
     x, y = make_data(batch, width, seed=seed, dtype=dtype)
-    chunks, index = build_chunks(model, rank, p, v, layers_of)
-    ctx = StageContext(rank, p, m, v, chunks, None, None, (batch // m, width), dtype)
-    if rank == 0:
+    chunks, index = build_chunks(model, rank, p, v, layers_of, placement=placement)
+    ctx = StageContext(rank, p, m, v, chunks, None, None, (batch // m, width), dtype,
+                       placement=placement)
+    if rank == ctx.owner(0):
         ctx.inputs = list(x.chunk(m))
-    if rank == (p * v - 1) % p:
+    if rank == ctx.owner(p * v - 1):
         ctx.targets = list(y.chunk(m))
     return ctx, index
 
@@ -121,20 +142,21 @@ class Mailbox:
     order on each pair of ranks, so tensors match without tags."""
 
     def __init__(self, schedule: Schedule, ctx: StageContext) -> None:
-        self.ctx, p = ctx, ctx.p
+        self.ctx = ctx
         self.order: dict[int, list[tuple]] = {}  # sender -> messages to me, in its order
         for q, actions in enumerate(schedule):
             for a in actions:
                 out = self.produces(a, q)
-                if out is not None and rank_and_chunk(out[2], p)[0] == ctx.rank and q != ctx.rank:
+                if out is not None and ctx.owner(out[2]) == ctx.rank and q != ctx.rank:
                     self.order.setdefault(q, []).append(out)
         self.next_post = dict.fromkeys(self.order, 0)  # per sender: first message not posted
         self.posted: dict[tuple, tuple[Any, Tensor]] = {}
-        self.local: dict[tuple, Tensor] = {}  # p = 1: stages hand over within the rank
+        self.local: dict[tuple, Tensor] = {}  # stages that hand over within the rank
 
     def produces(self, a: Action, rank: int) -> tuple | None:
         """The message an action sends, named by its consumer, or None."""
-        s, last = a.chunk * self.ctx.p + rank, self.ctx.p * self.ctx.v - 1
+        s = placed_stage(rank, a.chunk, self.ctx.p, self.ctx.placement)
+        last = self.ctx.p * self.ctx.v - 1
         if a.kind == "F" and s < last:
             return ("F", a.microbatch, s + 1)
         if a.kind == "B" and s > 0:
@@ -144,7 +166,7 @@ class Mailbox:
     def recv(self, key: tuple) -> Tensor:
         if key in self.local:
             return self.local.pop(key)
-        src = rank_and_chunk(key[2] - 1 if key[0] == "F" else key[2] + 1, self.ctx.p)[0]
+        src = self.ctx.owner(key[2] - 1 if key[0] == "F" else key[2] + 1)
         while key not in self.posted:  # post every earlier message from src first
             self._post(src)
         work, buf = self.posted.pop(key)
@@ -164,8 +186,12 @@ class Mailbox:
             while self.next_post[src] < len(messages):
                 self._post(src)
 
+    def destination(self, key: tuple) -> int:
+        """The rank that consumes message `key`."""
+        return self.ctx.owner(key[2])
+
     def send(self, key: tuple, tensor: Tensor) -> None:
-        dst = rank_and_chunk(key[2], self.ctx.p)[0]
+        dst = self.destination(key)
         if dst == self.ctx.rank:
             self.local[key] = tensor.detach().clone()
             return
@@ -183,11 +209,10 @@ def _receive(a: Action, ctx: StageContext, box: Mailbox) -> Tensor | None:
     s = ctx.stage_index(a.chunk)
     if a.kind == "F" and s == 0:
         return _held(ctx.inputs, "inputs", ctx.rank)[a.microbatch]
-    if a.kind == "F":
-        return box.recv(("F", a.microbatch, s))
-    if a.kind == "B" and not ctx.last(a.chunk):
-        return box.recv(("B", a.microbatch, s))
-    return None
+    if a.kind == "W" or a.kind == "B" and ctx.last(a.chunk):
+        return None
+    with record_function(f"recv {range_name(a)}"):  # waiting here is idle time
+        return box.recv((a.kind, a.microbatch, s))
 
 
 def _compute(a: Action, ctx: StageContext, got: Tensor | None, split: bool) -> Tensor | None:
@@ -236,10 +261,11 @@ def execute(schedule: Schedule, ctx: StageContext, *,
     costs: (t_f, t_b, t_w) in seconds for the rank's whole share; each action then lasts at
     least its cost (computing, then sleeping out the rest) before it posts its send.
 
-    It starts with a barrier so that the ranks' clocks start together: call it once per run.
-    Under TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) point-to-point calls count
-    in the sequence numbers collectives are checked by, and ranks at the ends of a pipeline
-    make fewer of them, so a collective after a schedule reports a false mismatch."""
+    It starts with a barrier so that the ranks' clocks start together. Under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL (parlab.launch's default) the launcher sends point-to-point
+    calls through a group of their own (`parlab.comm.route_p2p`): the end stages make fewer of
+    them, which would otherwise put the ranks' collective sequence numbers out of step, so
+    collectives and further schedules may follow (`parlab.pp.measure` runs twelve in a row)."""
     _, _, v, split = shape_of(schedule)
     box = Mailbox(schedule, ctx)
     spans, peak = [], 0
@@ -248,16 +274,19 @@ def execute(schedule: Schedule, ctx: StageContext, *,
     box.post_all()  # after the barrier: see the docstring
     for a in schedule[ctx.rank]:
         got = _receive(a, ctx, box)  # waiting here is idle time, not the action's
-        start = time.perf_counter()
-        out = _compute(a, ctx, got, split)
-        peak = max(peak, len(ctx.saved))
-        if costs is not None:  # the output exists once the cost has passed, not before
-            cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1], t_w=costs[2])
-            time.sleep(max(0.0, start + cost - time.perf_counter()))
-        spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
+        with record_function(range_name(a)):
+            start = time.perf_counter()
+            out = _compute(a, ctx, got, split)
+            peak = max(peak, len(ctx.saved))
+            if costs is not None:  # the output exists once the cost has passed, not before
+                cost = action_cost(a, v=v, split=split, t_f=costs[0], t_b=costs[1],
+                                   t_w=costs[2])
+                time.sleep(max(0.0, start + cost - time.perf_counter()))
+            spans.append(Span(ctx.rank, a, start, time.perf_counter()))  # its output exists
         message = box.produces(a, ctx.rank)
         if out is not None and message is not None:
-            box.send(message, out)
+            with record_function(f"send {range_name(a)} to rank {box.destination(message)}"):
+                box.send(message, out)
     for work, _payload in ctx.sends:
         work.wait()
     ctx.sends.clear()

@@ -4,7 +4,7 @@ A stack of `n_layers` small layers, tanh(x W^T + b) of width `width` (float64 by
 seeded so that every rank builds the same model and keeps its own stages; inputs and targets
 seeded the same way; `reference` runs the full batch on one device (mean-squared-error loss,
 one backward), which a pipeline's loss and gradients must equal. `stage_layers` and
-`build_chunks` cut the model into stages (looped placement, or the learner's `layers_of`).
+`build_chunks` cut the model into stages (looped or V placement, or the learner's `layers_of`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from parlab.pp.actions import placed_stage
 
 __all__ = ["Layer", "make_model", "make_data", "reference", "stage_layers", "build_chunks"]
 
@@ -63,14 +65,14 @@ def stage_layers(stage: int, n_layers: int, n_stages: int) -> list[int]:
 
 
 def build_chunks(model: nn.Sequential, rank: int, p: int, v: int,
-                 layers_of: Callable[[int, int, int, int], list[list[int]]] | None = None
-                 ) -> tuple[list[nn.Sequential], list[list[int]]]:
+                 layers_of: Callable[[int, int, int, int], list[list[int]]] | None = None, *,
+                 placement: str = "looped") -> tuple[list[nn.Sequential], list[list[int]]]:
     """This rank's chunks (copies of its layers) and their layer indices, chunk by chunk.
 
-    `layers_of(rank, n_layers, p, v)` may replace the looped placement (exercise 3)."""
+    `layers_of(rank, n_layers, p, v)` may replace the placement (exercises 3 and 5)."""
     n = len(model)
     if layers_of is None:
-        index = [stage_layers(c * p + rank, n, p * v) for c in range(v)]
+        index = [stage_layers(placed_stage(rank, c, p, placement), n, p * v) for c in range(v)]
     else:
         index = [list(ix) for ix in layers_of(rank, n, p, v)]
     chunks = [nn.Sequential(*[copy.deepcopy(model[i]) for i in ix]) for ix in index]

@@ -14,6 +14,7 @@ where only the order of the additions differs (~1e-16 relative).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,10 +23,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from parlab import comm, launch
+from parlab.pp.actions import Schedule, placement_of
 from parlab.pp.executor import StageContext, execute, make_context
 from parlab.pp.model import make_data, make_model, reference
 from parlab.pp.order import validate
-from parlab.pp.schedules import Schedule, shape_of
+from parlab.pp.schedules import shape_of
 from parlab.pp.simulator import SimResult, Span, simulate, timeline_stats
 
 __all__ = ["PipelineRun", "run_pipeline", "pipeline_worker", "rank_result", "measured_result"]
@@ -70,7 +72,9 @@ def pipeline_worker(schedule: Schedule, costs: tuple[float, float, float] | None
                     options: dict, layers_of: Callable | None = None) -> dict:
     """In each rank: build the context, run the schedule, return gradients and timeline."""
     p, m, v, _ = shape_of(schedule)
-    ctx, index = make_context(p, m, v, layers_of=layers_of, **options)
+    placement = options.get("placement", placement_of(schedule))
+    opts = {k: val for k, val in options.items() if k != "placement"}
+    ctx, index = make_context(p, m, v, layers_of=layers_of, placement=placement, **opts)
     with comm.trace() as tr:
         spans, peak = execute(schedule, ctx, costs=costs)
     out = rank_result(ctx, index)
@@ -91,20 +95,26 @@ def measured_result(spans: list[list[Span]], schedule: Schedule) -> SimResult:
 def run_pipeline(schedule: Schedule, *, costs: tuple[float, float, float] | None = None,
                  n_layers: int = 8, width: int = 16, batch: int = 16, seed: int = 0,
                  dtype: torch.dtype = torch.float64, layers_of: Callable | None = None,
-                 backend: str = "gloo", timeout: float = 60.0) -> PipelineRun:
+                 backend: str = "gloo", timeout: float = 60.0,
+                 trace: str | os.PathLike | None = None,
+                 placement: str | None = None) -> PipelineRun:
     """Run `schedule` on len(schedule) ranks; see the module docstring.
 
     costs: (t_f, t_b, t_w) seconds for a rank's whole share of layers, as in simulate; each
     action then sleeps until it has lasted its cost, so the timeline can be predicted.
+    trace: a path for the run's merged profiler trace (`parlab.launch.run(..., trace=)`):
+    one row per rank, each action a range named "F mb3 chunk1" (`parlab.pp.range_name`).
     backend: gloo with CPU tensors, also on a GPU box. The executor posts its receives ahead
     of its sends; NCCL runs a pair's sends and receives on one stream, where a receive posted
-    early would hold up the sends behind it (not tried: NCCL needs a GPU per rank)."""
-    validate(schedule)
+    early would hold up the sends behind it (not tried: NCCL needs a GPU per rank).
+    placement: "looped" or "v"; default the schedule's own (`parlab.pp.placement_of`)."""
+    placement = placement or placement_of(schedule)
+    validate(schedule, placement=placement)
     p, m, v, split = shape_of(schedule)
     options = {"n_layers": n_layers, "width": width, "batch": batch, "seed": seed,
-               "dtype": dtype}
+               "dtype": dtype, "placement": placement}
     results = launch.run(pipeline_worker, p, schedule, costs, options, layers_of,
-                         backend=backend, timeout=timeout)
+                         backend=backend, timeout=timeout, trace=trace)
     grads: dict[str, Tensor] = {}
     for res in results:
         grads.update(res["grads"])
@@ -113,6 +123,6 @@ def run_pipeline(schedule: Schedule, *, costs: tuple[float, float, float] | None
     ref_loss, ref_grads = reference(model, *make_data(batch, width, seed=seed, dtype=dtype))
     measured = measured_result([res["spans"] for res in results], schedule)
     measured.peak_activations = [res["peak"] for res in results]
-    predicted = None if costs is None else simulate(schedule, *costs)
+    predicted = None if costs is None else simulate(schedule, *costs, placement=placement)
     return PipelineRun(schedule, loss, grads, ref_loss, ref_grads, measured, predicted,
                        [res["sends"] for res in results])

@@ -9,15 +9,18 @@ microbatches. A *schedule* is one list of actions per rank, run in list order:
 
 Placement is looped: rank r's chunk c is stage $s = c\,p + r$, so a microbatch visits ranks
 0, 1, ..., p-1, 0, 1, ... and every stage boundary is a point-to-point message between
-neighbouring ranks (p-1 -> 0 between chunks). Dependencies, for microbatch i:
+neighbouring ranks (p-1 -> 0 between chunks). DualPipe-V alone uses the V placement (chunk 0
+is stage r, chunk 1 stage 2p-1-r; `parlab.pp.actions`, `parlab.pp.dualpipe`) and returns a
+`PlacedSchedule` that says so. Dependencies, for microbatch i and stage s:
 
     F(i, s)  needs  F(i, s-1)                     (the activation from the previous stage)
     B(i, s)  needs  F(i, s) and B(i, s+1)         (own activations; the gradient from above;
                                                    the last stage starts from its own loss)
     W(i, s)  needs  B(i, s)                       (same rank: W computes dL/dweights)
 
-`make_schedule(name, p, m, v=1)` builds "gpipe", "1f1b", "interleaved_1f1b" and "zb_h1";
-each is a short function below with its Warmup / Steady / Cooldown phases marked.
+`make_schedule(name, p, m, v=1)` builds "gpipe", "1f1b", "interleaved_1f1b", "zb_h1" (each a
+short function below with its Warmup / Steady / Cooldown phases marked) and "dualpipe_v"
+(`parlab.pp.dualpipe`, its eight phases).
 The dependencies and `validate` live in `parlab.pp.order`, timing in `parlab.pp.simulator`,
 pictures in `parlab.pp.plot`, execution on real ranks in `parlab.pp.executor`.
 """
@@ -25,54 +28,24 @@ pictures in `parlab.pp.plot`, execution on real ranks in `parlab.pp.executor`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-__all__ = ["Action", "Schedule", "ScheduleError", "SCHEDULES", "make_schedule", "gpipe",
-           "one_f_one_b", "interleaved_1f1b", "zb_h1", "stage_of", "rank_and_chunk",
-           "format_schedule", "shape_of", "label"]
+from parlab.pp.actions import (
+    Action,
+    PlacedSchedule,
+    Schedule,
+    ScheduleError,
+    label,
+    overlapped_units,
+    placement_of,
+    rank_and_chunk,
+    stage_of,
+)
+from parlab.pp.dualpipe import dualpipe_v
 
-KINDS = ("F", "B", "W")
-
-
-@dataclass(frozen=True)
-class Action:
-    """One unit of work on one rank: kind "F", "B" or "W", a microbatch and a chunk."""
-
-    kind: str
-    microbatch: int
-    chunk: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"Action kind must be one of {KINDS}, got {self.kind!r}")
-        for name in ("microbatch", "chunk"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Action {name} must be an int >= 0, got {value!r}")
-
-    def __str__(self) -> str:  # F3, or F3.1 for chunk 1
-        return f"{self.kind}{self.microbatch}" + (f".{self.chunk}" if self.chunk else "")
-
-    def __repr__(self) -> str:
-        return f"Action({self.kind!r}, {self.microbatch}" + (
-            f", chunk={self.chunk})" if self.chunk else ")")
-
-
-Schedule = list[list[Action]]  # schedule[rank] = that rank's actions, in order
-
-
-class ScheduleError(ValueError):
-    """A schedule that cannot run: a broken dependency, a missing action, or a deadlock."""
-
-
-def stage_of(rank: int, chunk: int, p: int) -> int:
-    """Looped placement: rank r's chunk c is stage c*p + r."""
-    return chunk * p + rank
-
-
-def rank_and_chunk(stage: int, p: int) -> tuple[int, int]:
-    """The inverse of stage_of: stage s lives on rank s % p as its chunk s // p."""
-    return stage % p, stage // p
+__all__ = ["Action", "Schedule", "PlacedSchedule", "ScheduleError", "SCHEDULES",
+           "make_schedule", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "dualpipe_v",
+           "stage_of", "rank_and_chunk", "placement_of", "overlapped_units", "format_schedule",
+           "shape_of", "label"]
 
 
 # --- the schedules ----------------------------------------------------------------------------
@@ -166,18 +139,24 @@ def zb_h1(p: int, m: int) -> Schedule:
 
 SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved_1f1b": interleaved_1f1b, "zb_h1": zb_h1,
+    "dualpipe_v": dualpipe_v,
 }
 
 
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
     """One list of actions per rank for schedule `name` with p ranks, m microbatches, v chunks."""
-    for label, value in (("p", p), ("m", m), ("v", v)):
+    for what, value in (("p", p), ("m", m), ("v", v)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
+            raise ValueError(f"{what} must be an int >= 1, got {value!r}")
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; choose one of {sorted(SCHEDULES)}")
     if name == "interleaved_1f1b":
         return interleaved_1f1b(p, m, v)
+    if name == "dualpipe_v":
+        if v not in (1, 2):
+            raise ValueError(f"dualpipe_v has two chunks per rank in a V; v = {v} is not "
+                             "an option (leave it out, or pass v=2)")
+        return dualpipe_v(p, m)
     if v != 1:
         raise ValueError(f"{name} has one chunk per rank (v = 1); v = {v} needs "
                          "'interleaved_1f1b'")
@@ -194,10 +173,6 @@ def shape_of(schedule: Schedule) -> tuple[int, int, int, bool]:
     m = 1 + max(a.microbatch for a in actions)
     v = 1 + max(a.chunk for a in actions)
     return len(schedule), m, v, any(a.kind == "W" for a in actions)
-
-
-def label(a: Action) -> str:
-    return f"{a.kind}{a.microbatch}" + (f" (chunk {a.chunk})" if a.chunk else "")
 
 
 def format_schedule(schedule: Schedule) -> str:

@@ -8,6 +8,12 @@ rank's whole share of layers, so one chunk of a v-chunk schedule costs 1/v of th
 
 `stage_costs` (one multiplier per stage, length p*v) models unbalanced stages.
 
+Overlapped units (DualPipe-V's F&B pairs, `parlab.pp.overlapped_units`): with `t_fb` given,
+each runs as one unit of t_fb / v, a rank's whole-share forward-and-backward run at once, as
+a GPU does on two streams (t_fb = t_f + t_b + t_w is no gain; with stage_costs the unit keeps
+the share t_fb / (t_f + t_b + t_w) of its actions' scaled costs). Without t_fb they run one
+after the other, as the CPU executor does. A rank's busy time is the union of its spans.
+
 With T the makespan and busy_r the work of rank r:
 
     bubble_fraction = 1 - sum_r busy_r / (p T)             share of the step: GPipe's
@@ -28,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from parlab.pp.actions import Action, Schedule, placed_stage, placement_of
 from parlab.pp.order import run_in_order, validate
-from parlab.pp.schedules import Action, Schedule, shape_of
+from parlab.pp.schedules import shape_of
 
 __all__ = ["Span", "SimResult", "simulate", "timeline_stats", "action_cost", "stage_times",
            "balance_stages"]
@@ -87,6 +94,16 @@ def peak_held(spans: Sequence[Span], *, v: int, split: bool) -> float:
     return peak / v
 
 
+def _covered(row: Sequence[Span]) -> float:
+    """Time covered by at least one span (overlapped units count once)."""
+    total, reach = 0.0, float("-inf")
+    for s in sorted(row, key=lambda s: s.start):
+        if s.end > reach:
+            total += s.end - max(s.start, reach)
+            reach = s.end
+    return total
+
+
 def timeline_stats(spans: list[list[Span]], *, v: int = 1,
                    split: bool | None = None) -> tuple[float, list[float], float, float,
                                                        list[float]]:
@@ -97,7 +114,7 @@ def timeline_stats(spans: list[list[Span]], *, v: int = 1,
         split = any(s.action.kind == "W" for s in flat)
     t0 = min(s.start for s in flat)
     makespan = max(s.end for s in flat) - t0
-    busy = [sum(s.end - s.start for s in row) for row in spans]
+    busy = [_covered(row) for row in spans]
     work = sum(busy)
     fraction = 1 - work / (len(spans) * makespan)
     ratio = (len(spans) * makespan - work) / work
@@ -106,12 +123,19 @@ def timeline_stats(spans: list[list[Span]], *, v: int = 1,
 
 
 def simulate(schedule: Schedule, t_f: float = 1.0, t_b: float = 2.0, t_w: float = 0.0, *,
-             latency: float = 0.0, stage_costs: Sequence[float] | None = None) -> SimResult:
-    """Run `schedule` on a model of time; see the module docstring for the costs."""
-    for name, value in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w), ("latency", latency)):
+             latency: float = 0.0, stage_costs: Sequence[float] | None = None,
+             t_fb: float | None = None, placement: str | None = None) -> SimResult:
+    """Run `schedule` on a model of time; see the module docstring for the costs.
+
+    t_fb: a rank's whole-share forward and backward run overlapped, for the schedule's
+    overlapped units (None: one after the other). placement: "looped" or "v"; default the
+    schedule's own."""
+    for name, value in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w), ("latency", latency),
+                        ("t_fb", 0.0 if t_fb is None else t_fb)):
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    validate(schedule)
+    placement = placement or placement_of(schedule)
+    validate(schedule, placement=placement)
     p, m, v, split = shape_of(schedule)
     if t_f + t_b + t_w <= 0:
         raise ValueError("t_f + t_b + t_w must be > 0: a step with no work has no bubble")
@@ -122,13 +146,18 @@ def simulate(schedule: Schedule, t_f: float = 1.0, t_b: float = 2.0, t_w: float 
 
     def duration(r: int, a: Action) -> float:
         base = action_cost(a, v=v, split=split, t_f=t_f, t_b=t_b, t_w=t_w)
-        return base * scale[a.chunk * p + r]
+        return base * scale[placed_stage(r, a.chunk, p, placement)]
 
-    raw = run_in_order(schedule, duration, latency=latency)
+    def fused(r: int, unit: Sequence[Action]) -> float:
+        assert t_fb is not None
+        return t_fb / (t_f + t_b + t_w) * sum(duration(r, a) for a in unit)
+
+    raw = run_in_order(schedule, duration, latency=latency, placement=placement,
+                       fused=None if t_fb is None else fused)
     spans = [[Span(r, a, s, e) for a, s, e in row] for r, row in enumerate(raw)]
     makespan, busy, fraction, ratio, peaks = timeline_stats(spans, v=v, split=split)
     return SimResult(spans, makespan, busy, fraction, ratio, peaks, p, m, v,
-                     {"t_f": t_f, "t_b": t_b, "t_w": t_w, "latency": latency})
+                     {"t_f": t_f, "t_b": t_b, "t_w": t_w, "latency": latency, "t_fb": t_fb})
 
 
 # --- unbalanced stages ---------------------------------------------------------------------------

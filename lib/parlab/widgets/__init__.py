@@ -4,13 +4,23 @@ Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
 `*_summary(**controls) -> dict`, `describe_*(summary) -> str`, `plot_*(summary) -> Figure`.
 
 - `interconnect` (module 00), `figures` (module 00's pictures of the collectives), `memory`
-  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07).
+  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07), `whole` (08: the
+  3D rank grid with its links, memory per GPU as recomputation and ZeRO change),
+  `whole_trace` (08: one traced 3D step, rank by rank),
+  `checkpoint` (09: which piece of which tensor a distributed checkpoint holds in which file).
 """
 
+from parlab.widgets.checkpoint import (
+    Piece,
+    checkpoint_pieces,
+    describe_checkpoint,
+    plot_checkpoint,
+)
 from parlab.widgets.cp import (
     describe_work,
     plot_measured_work,
     plot_ring_schedule,
+    plot_ring_vs_ulysses,
     plot_work,
     work_explorer,
     work_summary,
@@ -66,6 +76,18 @@ from parlab.widgets.tp import (
     tp_comm_explorer,
     tp_comm_summary,
 )
+from parlab.widgets.whole import (
+    describe_grid,
+    describe_memory_3d,
+    grid_explorer,
+    grid_summary,
+    h100_cluster,
+    memory_explorer_3d,
+    memory_summary_3d,
+    plot_grid,
+    plot_memory_3d,
+)
+from parlab.widgets.whole_trace import classify, last_step, plot_step_trace
 
 __all__ = [
     "Explorer", "Summary", "log_slider", "interconnect_explorer", "interconnect_summary",
@@ -76,8 +98,12 @@ __all__ = [
     "activation_explorer", "activation_summary", "describe_activations", "plot_activations",
     "plot_sp_layout", "pipeline_explorer", "pipeline_summary", "describe_pipeline",
     "plot_pipeline", "work_summary", "describe_work", "plot_work", "work_explorer",
+    "plot_ring_vs_ulysses",
     "plot_ring_schedule", "plot_measured_work", "capacity_explorer", "capacity_summary",
     "describe_capacity", "plot_capacity", "a2a_explorer", "a2a_summary", "describe_a2a",
     "plot_a2a", "skewed_routing", "planner_widget", "planner_summary", "describe_planner",
-    "plot_planner", "Planner",
+    "plot_planner", "Planner", "grid_summary", "describe_grid", "plot_grid", "grid_explorer",
+    "memory_summary_3d", "describe_memory_3d", "plot_memory_3d", "memory_explorer_3d",
+    "h100_cluster", "classify", "last_step", "plot_step_trace",
+    "Piece", "checkpoint_pieces", "describe_checkpoint", "plot_checkpoint",
 ]

@@ -14,7 +14,10 @@ total split evenly, $\frac{T(T+1)}{2W}$. seq_len is rounded down to a multiple o
 every layout applies.
 
 `plot_ring_schedule(W)` draws which K/V block each rank holds at each step;
-`plot_measured_work(measured)` draws what `parlab.cp.measure_work` counted.
+`plot_measured_work(measured)` draws what `parlab.cp.measure_work` counted;
+`plot_ring_vs_ulysses(...)` the exposed communication of ring attention and Ulysses per layer
+against the sequence length, on two links, for full and grouped-query attention
+(`parlab.cp.attention_comm`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,17 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from parlab import costs
+from parlab.cp.compare import attention_comm
 from parlab.cp.layout import LAYOUTS, causal_work, position_table, ring_pace, step_work
 from parlab.widgets.explorer import Explorer, Summary
 
 __all__ = ["work_summary", "describe_work", "plot_work", "work_explorer", "plot_ring_schedule",
-           "plot_measured_work"]
+           "plot_measured_work", "LINKS", "ring_vs_ulysses", "plot_ring_vs_ulysses"]
+
+LINKS = {"NVLink, 450 GB/s per direction": costs.NVLINK_PER_DIRECTION_BYTES_PER_S,
+         "400G NIC, 50 GB/s": costs.NIC_400G_BYTES_PER_S}
+"""The two links the ring-against-Ulysses figure prices."""
 
 _LAYOUT_COLOURS = {"contiguous": "tab:red", "striped": "tab:blue", "zigzag": "tab:green"}
 
@@ -165,4 +174,43 @@ def plot_measured_work(measured: dict) -> Figure:
     fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
     _bars(ax, per_rank, seq * (seq + 1) / 2 / world,
           f"Measured: causal entries each rank's blocks evaluated (W = {world}, T = {seq})")
+    return fig
+
+
+def ring_vs_ulysses(seqs: list[int], *, heads: int, head_dim: int, world_size: int,
+                    kv_heads: int | None = None, bandwidth: float,
+                    flops: float = costs.H100_BF16_FLOPS) -> dict[str, list[float]]:
+    """Per layer, forward and backward, one sequence, causal: seconds of communication that
+    ring attention and Ulysses leave exposed, for each sequence length in `seqs`."""
+    rows = [attention_comm(b=1, s=s, heads=heads, head_dim=head_dim, c=world_size,
+                           flops=flops, bandwidth=bandwidth, kv_heads=kv_heads, backward=True)
+            for s in seqs]
+    return {"ring": [float(r["ring_exposed_s"]) for r in rows],
+            "ulysses": [float(r["ulysses_exposed_s"]) for r in rows]}
+
+
+def plot_ring_vs_ulysses(*, heads: int = 64, head_dim: int = 128, world_size: int = 8,
+                         kv_heads: int = 8, seqs: list[int] | None = None) -> Figure:
+    """Exposed communication per layer (forward and backward, ms) against the sequence length,
+    ring and Ulysses, full attention and grouped-query (`kv_heads`), one panel per link."""
+    seqs = seqs or [2 ** k for k in range(13, 21)]
+    fig, axes = plt.subplots(1, len(LINKS), figsize=(12, 4), sharey=True, layout="constrained")
+    for ax, (link, bw) in zip(axes, LINKS.items(), strict=True):
+        for kv, style in ((heads, "-"), (kv_heads, "--")):
+            got = ring_vs_ulysses(seqs, heads=heads, head_dim=head_dim, world_size=world_size,
+                                  kv_heads=kv, bandwidth=bw)
+            what = "MHA" if kv == heads else f"GQA, {kv} K/V heads"
+            for kind, colour in (("ring", "tab:blue"), ("ulysses", "tab:orange")):
+                ms = [x * 1e3 if x > 0 else float("nan") for x in got[kind]]
+                ax.plot(seqs, ms, style, color=colour, marker="o", markersize=3,
+                        label=f"{'ring' if kind == 'ring' else 'Ulysses'} ({what})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"sequence length T (tokens), over W = {world_size} ranks")
+        ax.set_title(link)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("exposed communication per layer (ms)")
+    axes[0].legend(fontsize="small")
+    fig.suptitle(f"Ring attention against Ulysses: {heads} heads of {head_dim}, causal, bf16, "
+                 f"one sequence, {costs.H100_BF16_FLOPS / 1e15:g} PFLOP/s")
     return fig

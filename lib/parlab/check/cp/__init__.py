@@ -5,6 +5,8 @@ r"""Graded checks of module 05, "Context parallelism"; test cells import them fr
   ranks; it uses the learner's merge, and says so when exercise 1 failed first.
 - `check_ring_backward(ring_attention_backward)` (exercise 3, `backward`).
 - `check_layouts(layout_positions)` (exercise 4, `layouts`): striped and zigzag.
+- `check_ulysses(seq_to_heads, heads_to_seq)` (exercise 5, `ulysses`): Ulysses' two
+  all-to-all reshuffles, then attention built from them, forward and backward.
 
 `common` holds the sizes (6 tokens per rank: 12, 18, 24 tokens on 2, 3, 4 ranks), the
 float64 references and the likely-mistake sentences; `ranks` what the ring checks do in the
@@ -17,7 +19,8 @@ from parlab.check.cp.backward import check_ring_backward
 from parlab.check.cp.forward import check_ring_forward
 from parlab.check.cp.layouts import check_layouts
 from parlab.check.cp.merge import check_merge
+from parlab.check.cp.ulysses import check_ulysses
 from parlab.errors import CheckFailed
 
 __all__ = ["check_merge", "check_ring_forward", "check_ring_backward", "check_layouts",
-           "CheckFailed"]
+           "check_ulysses", "CheckFailed"]

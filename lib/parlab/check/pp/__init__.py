@@ -6,18 +6,21 @@ r"""Graded checks of module 04, "Pipeline parallelism"; test cells import them f
 - `check_placement(stage_of, layers_of)` (exercise 3, `placement`): looped placement, then
   interleaved 1F1B on real ranks with the learner's split.
 - `check_balance(balance)` (exercise 4, `balance`): layers per stage for unequal layers.
+- `check_dualpipe_v(v_stage_of, dualpipe_v_order)` (exercise 5, `dualpipe_v`): the V
+  placement, one rank's DualPipe-V order, then the learner's orders on real ranks.
 
 `common` holds what the rank checks share: sizes no answer can special-case (m = 2p + 1,
 3 layers per stage), the single-device reference and the guard that checks every
 point-to-point tensor before it is exchanged. While a learner's function runs, parlab's own
-answers (parlab.pp's one_f_one_b, stage_of, balance_stages) raise CheckFailed.
+answers (parlab.pp's one_f_one_b, stage_of, balance_stages, DualPipe-V) raise CheckFailed.
 """
 
 from parlab.check.pp.balance import BALANCE_CASES, check_balance
+from parlab.check.pp.dualpipe import ORDER_CASES, check_dualpipe_v
 from parlab.check.pp.p2p import check_p2p_step
 from parlab.check.pp.placement import check_placement
 from parlab.check.pp.schedule import SCHEDULE_CASES, check_1f1b
 from parlab.errors import CheckFailed
 
-__all__ = ["check_1f1b", "check_p2p_step", "check_placement", "check_balance", "CheckFailed",
-           "BALANCE_CASES", "SCHEDULE_CASES"]
+__all__ = ["check_1f1b", "check_p2p_step", "check_placement", "check_balance",
+           "check_dualpipe_v", "CheckFailed", "BALANCE_CASES", "SCHEDULE_CASES", "ORDER_CASES"]

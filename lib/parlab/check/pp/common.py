@@ -83,18 +83,20 @@ def _loss_hint(c: float, m: int, rows: int) -> str:
 
 
 def compare(results: list[dict], name: str, opts: dict[str, Any],
-            peaks: list[float] | None = None) -> None:
-    """Loss and every gradient against one device; with `peaks`, the activations held."""
+            peaks: list[float] | None = None, *, loss_rank: int | None = None) -> None:
+    """Loss and every gradient against one device; with `peaks`, the activations held.
+    `loss_rank`: the rank of the last stage (default p - 1; 0 under the V placement)."""
     ref_loss, ref_grads = reference(opts)
     p, m, rows = len(results), opts["m"], opts["batch"] // opts["m"]
-    loss = results[-1]["loss"]
+    last = p - 1 if loss_rank is None else loss_rank
+    loss = results[last]["loss"]
     if loss is None:
-        fail(f"{name}: the last stage recorded no loss", rank=p - 1, hint="forward_step on "
+        fail(f"{name}: the last stage recorded no loss", rank=last, hint="forward_step on "
              "the last stage appends this microbatch's loss / m (detached) to ctx.losses")
     if abs(loss - ref_loss) > TOL["rtol"] * abs(ref_loss):
         c = loss / ref_loss
         fail(f"{name} (p = {p}, m = {m}): the microbatch losses add up to {loss:.10g}, the "
-             f"full batch's is {ref_loss:.10g} ({c:.4g} times)", rank=p - 1,
+             f"full batch's is {ref_loss:.10g} ({c:.4g} times)", rank=last,
              hint=_loss_hint(c, m, rows))
     for r, res in enumerate(results):
         for pname, got in res["grads"].items():

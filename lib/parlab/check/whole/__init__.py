@@ -1,0 +1,34 @@
+r"""Graded checks of module 08, "The whole machine": one module per exercise.
+
+| check                  | exercise | module      | builds on |
+|------------------------|----------|-------------|-----------|
+| `check_overlapped_ddp` | 1        | `ddp`       |           |
+| `check_recompute`      | 2        | `recompute` |           |
+| `check_train_3d`       | 3        | `step`      | 1         |
+| `check_plan_70b`       | 4        | `plan`      |           |
+
+Exercise 1 runs the learner's `OverlappedDDP` on 2 ranks (3, and 4 in two groups of 2, in
+the hidden test) against the single-device gradients and parlab.comm's view of its calls
+(nothing inside no_sync, buckets started during backward, asynchronously, in order, over the
+group). Exercise 2 runs `recompute_forward` in the kernel: outputs and gradients against the
+layer without recomputation, saved bytes measured against Korthikanti et al.'s closed form,
+recomputed FLOPs counted; and `saved_bytes_formula` at many sizes. Exercise 3 runs `train_3d`
+on 8 ranks (DP 2 × PP 2 × TP 2 + SP, AdamW; DP 3 × PP 2 with SGD in the hidden test) against
+the single-device losses at every step, with the replicas' weights compared to name a missing
+reduction. Exercise 4 compares `memory_per_gpu` and `bytes_per_step` with the planner of
+module 07 and judges the learner's plan for a 70B model on 256 H100 with it.
+
+A later check that fails while the exercise it builds on failed says so first
+(`parlab.check.exercise`). The references each exercise must not call are listed in
+`common`; they raise CheckFailed while the learner's code runs (aliases, wrappers and
+subclasses alike).
+"""
+
+from parlab.check.whole.ddp import check_overlapped_ddp
+from parlab.check.whole.plan import check_plan_70b
+from parlab.check.whole.recompute import check_recompute
+from parlab.check.whole.step import check_train_3d
+from parlab.errors import CheckFailed
+
+__all__ = ["check_overlapped_ddp", "check_recompute", "check_train_3d", "check_plan_70b",
+           "CheckFailed"]

@@ -1,0 +1,234 @@
+r"""Module 08, exercise 2: selective and full activation recomputation, measured.
+
+`recompute_forward(layer, x, recompute)`: the forward of a `parlab.model.recompute.
+RecomputeLayer` (used only as the holder of its weights; its own forward is refused while the
+answer runs) with nothing recomputed, the attention core checkpointed ("selective"), or the
+whole layer checkpointed ("full"). `saved_bytes_formula(b, s, h, a, recompute)`: the bytes
+one layer keeps for backward.
+
+Compared with, all computed here on a layer whose every parameter is randomised (LayerNorms
+included), x of shape (B, S, C) = (2, 20, 24), 3 heads (as/h = 2.5, so the scores' term is
+neither negligible nor equal to another one):
+
+- outputs and gradients (x's and every weight's) equal to the same layer run by parlab's own
+  forward without recomputation, the same dropout masks drawn from the same seed (float32,
+  exact up to 1e-6: the same operations in the same order);
+- the bytes autograd keeps, measured by this check's own meter (each storage once,
+  parameters excluded, bf16 activations, bool masks), equal to Korthikanti et al.'s table plus
+  the LayerNorm statistics: none $34sbh + 5as^2b + 8sb$, selective $34sbh + 8sb$, full $2sbh$;
+- the FLOPs of forward and backward (PyTorch's FlopCounterMode), $3F$ plus what recomputation
+  adds: selective $2bs^2h$ (the scores GEMM; $4bs^2h$ with use_reentrant=True, which reruns the
+  whole core), full one forward $F$, with $F = 24bsh^2 + 4bs^2h$;
+- `saved_bytes_formula` against the same closed form at sizes where the wrong forms differ
+  (no LayerNorm statistics, 4-byte activations, the scores as $5as^2$ without b, ...), with
+  parlab.costs.activations and parlab.model.recompute's counters refused.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from parlab.check import (
+    assert_close,
+    call_learner,
+    exercise,
+    expect_type,
+    fail,
+    not_reexport,
+    randomize_parameters,
+)
+from parlab.check.whole.common import KEY_RECOMPUTE
+
+B, S, H, A = 2, 20, 24, 3
+P_DROP, SEED, MASK_SEED = 0.1, 2205, 7
+POLICIES = ("none", "selective", "full")
+POINTS = [(2, 20, 24, 3), (1, 2048, 4096, 32), (3, 10, 12, 3), (4, 4096, 8192, 64),
+          (1, 7, 15, 5)]
+HIDDEN_POINTS = [(5, 9, 18, 6), (2, 8192, 8192, 64), (7, 3, 21, 7), (1, 1, 1, 1)]
+REFUSAL = "parlab's RecomputeLayer forward or its activation counters (parlab.costs.activations)"
+
+
+def closed_form(b: int, s: int, h: int, a: int, recompute: str) -> int:
+    """Bytes kept per layer: Korthikanti's table (2-byte activations, 1-byte masks) plus the
+    two LayerNorms' mean and reciprocal std per token (2 bytes each)."""
+    ln_stats = 2 * 2 * 2 * s * b
+    return {"none": 34 * s * b * h + 5 * a * s * s * b + ln_stats,
+            "selective": 34 * s * b * h + ln_stats, "full": 2 * s * b * h}[recompute]
+
+
+def layer_forward_flops(b: int, s: int, h: int) -> int:
+    return 24 * b * s * h * h + 4 * b * s * s * h
+
+
+class _Meter:
+    """What autograd saves while open: each storage once, `skip` excluded (this check's own,
+    independent of parlab.costs.activations)."""
+
+    def __init__(self, skip: tuple[Tensor, ...]) -> None:
+        self.skip = {p.untyped_storage().data_ptr() for p in skip}
+        self.kept: dict[int, Any] = {}
+
+    def pack(self, t: Tensor) -> Tensor:
+        st = t.untyped_storage()
+        if st.nbytes() and st.data_ptr() not in self.skip:
+            self.kept.setdefault(st.data_ptr(), st)
+        return t
+
+    def measure(self, fn: Callable[[], Any]) -> int:
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t):
+            fn()
+        return sum(st.nbytes() for st in self.kept.values())
+
+
+def _layers(dtype: torch.dtype) -> tuple[nn.Module, Tensor]:
+    from parlab.model.recompute import RecomputeLayer
+
+    torch.manual_seed(SEED)
+    layer = RecomputeLayer(H, A, p_drop=P_DROP, recompute="none")
+    randomize_parameters(layer, seed=SEED)
+    x = torch.randn(B, S, H, generator=torch.Generator().manual_seed(SEED + 1))
+    return layer.to(dtype), x.to(dtype).requires_grad_()
+
+
+def _run(forward: Callable[[nn.Module, Tensor], Tensor], dtype: torch.dtype
+         ) -> tuple[Tensor, list[Tensor]]:
+    layer, x = _layers(dtype)
+    torch.manual_seed(MASK_SEED)  # the dropout masks
+    out = forward(layer, x)
+    up = torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 2), dtype=dtype)
+    (out * up).sum().backward()
+    grads = [x.grad] + [p.grad for p in layer.parameters()]
+    return out.detach(), [g if g is not None else torch.zeros(()) for g in grads]
+
+
+def _refused() -> list[Any]:
+    from parlab.costs import activations, memory
+    from parlab.model import recompute
+
+    return [recompute.RecomputeLayer, recompute.saved_activation_bytes,
+            recompute.recompute_flops, recompute.layer_flops, activations.SavedTensorMeter,
+            activations.saved_tensor_bytes, activations.activation_breakdown,
+            activations.activation_bytes_per_layer, memory.activation_bytes]
+
+
+def _learner(fn: Callable[..., Any], policy: str) -> Callable[[nn.Module, Tensor], Tensor]:
+    return lambda layer, x: call_learner(
+        f"recompute_forward(layer, x, {policy!r})", fn, layer, x, policy,
+        refuse=_refused(), refusal=REFUSAL,
+        shape_hint="x is (B, s, C); q, k and v are (B, a, s, C/a), contiguous")
+
+
+def _check_values(fn: Callable[..., Any], policy: str) -> None:
+    ref_out, ref_grads = _run(lambda layer, x: layer(x), torch.float32)
+    out, grads = _run(_learner(fn, policy), torch.float32)
+    hint = (f"with recompute={policy!r} the layer must compute what it computes without "
+            "recomputation: the layer's ops in its order (ln1, qkv, attention_core, proj, "
+            "dropout, residual, ln2, fc1, GeLU, fc2, dropout, residual), dropout and "
+            "attention_core from parlab.model.recompute (so the masks are the same draws), "
+            "and torch.utils.checkpoint, which replays the random state when it recomputes")
+    call = f"recompute_forward(layer, x, {policy!r})"
+    expect_type(out, Tensor, name=call, what="the layer's output, a tensor of the shape of x")
+    assert_close(out, ref_out, name=f"the output of {call}", rtol=1e-6, atol=1e-6, hint=hint)
+    names = ["x"] + [n for n, _ in _layers(torch.float32)[0].named_parameters()]
+    for name, g, want in zip(names, grads, ref_grads, strict=True):
+        assert_close(g, want, name=f"the gradient of {name} through {call}", rtol=1e-6,
+                     atol=1e-6, hint=hint)
+
+
+def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
+    layer, x = _layers(torch.bfloat16)
+    forward = _learner(fn, policy)
+    got = _Meter(tuple(layer.parameters())).measure(lambda: forward(layer, x))
+    want = {p: closed_form(B, S, H, A, p) for p in POLICIES}
+    if got == want[policy]:
+        return got
+    scores = A * S * S * B
+    if policy != "none" and got == want["none"]:
+        hint = ("nothing was recomputed: the attention core must run inside "
+                "torch.utils.checkpoint.checkpoint(attention_core, q, k, v, p_drop, training, "
+                "use_reentrant=False)" if policy == "selective" else
+                "under 'full' the whole layer runs inside one checkpoint, which keeps only x")
+    elif policy == "full":
+        hint = ("'full' keeps only the layer's input: put the whole layer (both sublayers and "
+                "their residual additions) inside one torch.utils.checkpoint call")
+    elif got < want[policy]:
+        hint = ("you checkpointed more than the attention core: the tensors around it (the "
+                "LayerNorm output, Q/K/V, the projection's input) are then recomputed too, "
+                "which costs their GEMMs again; checkpoint exactly the attention_core call")
+    else:
+        hint = (f"{(got - want[policy]) / scores:.3g} bytes per attention score too many: part of "
+                "the core (the softmax output 2 bytes, its dropout mask 1, the dropout output 2 "
+                "per score) is still kept; the whole attention_core call goes inside the "
+                "checkpoint" if policy == "selective" else
+                "compute the layer as it is, keeping what autograd keeps by itself")
+    fail(f"recompute_forward(..., {policy!r}) kept {got:,} bytes for backward (b={B}, s={S}, "
+         f"h={H}, a={A}, bf16); Korthikanti's table plus the LayerNorm statistics gives "
+         f"{want[policy]:,}", hint=hint)
+    raise AssertionError  # unreachable
+
+
+def _check_flops(fn: Callable[..., Any], policy: str) -> int:
+    layer, x = _layers(torch.float32)
+    forward = _learner(fn, policy)
+    with FlopCounterMode(display=False) as counter:
+        forward(layer, x).sum().backward()
+    f = layer_forward_flops(B, S, H)
+    extra = counter.get_total_flops() - 3 * f
+    allowed = {"none": (0,), "selective": (2 * B * S * S * H, 4 * B * S * S * H),
+               "full": (f,)}[policy]
+    if extra not in allowed:
+        fail(f"recompute_forward(layer, x, {policy!r}): forward and backward cost "
+             f"{counter.get_total_flops():,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; "
+             f"expected {' or '.join(f'{a:,}' for a in allowed)} recomputed",
+             hint="selective recomputes only the attention core's GEMMs; full reruns the "
+                  "whole forward once: checkpoint exactly those and nothing more")
+    return extra
+
+
+def _check_formula(formula: Callable[..., Any], points: list[tuple[int, int, int, int]]) -> None:
+    not_reexport(formula, name="saved_bytes_formula")
+    for b, s, h, a in points:
+        for policy in POLICIES:
+            call = f"saved_bytes_formula(b={b}, s={s}, h={h}, a={a}, recompute={policy!r})"
+            got = call_learner(call, functools.partial(formula, b, s, h, a, policy),
+                               refuse=_refused(), refusal=REFUSAL)
+            expect_type(got, (int, float), name=call, what="a number of bytes")
+            want = closed_form(b, s, h, a, policy)
+            if abs(got - want) <= 1e-9 * want:
+                continue
+            without_ln = closed_form(b, s, h, a, policy) - (8 * s * b if policy != "full" else 0)
+            hint = ("the LayerNorm statistics are missing: each of the two LayerNorms keeps a "
+                    "mean and a reciprocal std per token, 2 bytes each, 8sb in all"
+                    if abs(got - without_ln) <= 1e-9 * want and policy != "full" else
+                    "bytes, not elements: activations are 2 bytes (bf16), masks 1"
+                    if abs(got - 2 * want) <= 1e-9 * want or abs(got - want / 2) <= 1e-9 * want
+                    else "none keeps 34sbh + 5as²b + 8sb, selective drops the 5as²b of scores, "
+                         "full keeps only the layer's input, 2sbh")
+            fail(f"{call} returned {got:,}, expected {want:,}", hint=hint)
+
+
+@exercise(KEY_RECOMPUTE)
+def check_recompute(recompute_forward: Callable[..., Any], saved_bytes_formula: Callable[..., Any],
+                    *, quiet: bool = False) -> dict[str, dict[str, int]]:
+    """The three policies: same outputs and gradients, measured bytes equal to the closed
+    form, the recomputed FLOPs counted; the formula at many sizes."""
+    not_reexport(recompute_forward, name="recompute_forward")
+    measured: dict[str, dict[str, int]] = {}
+    for policy in POLICIES:
+        _check_values(recompute_forward, policy)
+        measured[policy] = {"bytes": _check_bytes(recompute_forward, policy),
+                            "extra_flops": _check_flops(recompute_forward, policy)}
+    _check_formula(saved_bytes_formula, POINTS + (HIDDEN_POINTS if quiet else []))
+    if not quiet:
+        rows = ", ".join(f"{p} {m['bytes']:,} B (+{m['extra_flops']:,} FLOPs)"
+                         for p, m in measured.items())
+        print(f"recompute_forward OK: outputs and gradients unchanged; kept for backward "
+              f"(b={B}, s={S}, h={H}, a={A}): {rows}; saved_bytes_formula agrees at "
+              f"{len(POINTS)} sizes")
+    return measured
