@@ -66,13 +66,9 @@ class ResilientExecute(Execute):
         True, help="Do not run the code cells after the last graded cell: nothing they do can "
         "change a score (a demonstration, the standing() cell).").tag(config=True)
 
-    @default("kernel_manager_class")
-    def _kernel_manager_class_default(self) -> type:
-        if self.warm_kernels:
-            from parlab.grading.warm import WarmKernelManager
-
-            return WarmKernelManager
-        return super()._kernel_manager_class_default()
+    @default("shutdown_kernel")
+    def _shutdown_kernel_default(self) -> str:
+        return "immediate"  # every output is in: a graceful shutdown only waits (~1-3 s)
 
     @default("iopub_timeout")
     def _iopub_timeout_default(self) -> int:
@@ -81,6 +77,10 @@ class ResilientExecute(Execute):
     # --- one notebook ---------------------------------------------------------------------
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         NotebookClient.__init__(self, nb, km)
+        if self.warm_kernels:
+            from parlab.grading.warm import WarmKernelManager
+
+            self.kernel_manager_class = WarmKernelManager
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         start = time.monotonic()

@@ -21,9 +21,10 @@ A killed, hung or dead kernel is handled as before (parlab.grading.execute): it 
 session, so `kill_kernel_tree` finds it and everything it started; exec'd descendants carry
 the kernel's token (PARLAB_KERNEL); every process carries the run's token (the zygote was
 started with it), so nothing outlives the run. The template never runs learner code, so no
-submission sees another's state. What differs from a fresh kernel: modules in WARM_MODULES are
-imported from the course's environment before the notebook's folder is on sys.path (a learner's
-own `torch.py` next to the notebook is not picked up), and the hash seed is the template's.
+submission sees another's state. A notebook whose folder holds a file or package that would
+replace one of the template's modules (a learner's own `torch.py`) gets a cold kernel instead:
+the child execs `python -m ipykernel_launcher`, so that file is imported as it would be in a
+fresh kernel. What still differs from a fresh kernel: the hash seed is the template's.
 
 `WarmKernelManager` is the kernel manager ResilientExecute uses when `warm_kernels` is on
 (autograder/nbgrader_config.py); if the template cannot start, or is not safe to fork (a

@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import threading
+from typing import Any, cast
 
 # What the template imports: the forkserver's own preload (parlab.launch.runner._PRELOAD),
 # ipykernel, and the checks of every module that import neither matplotlib nor ipywidgets.
@@ -31,7 +32,7 @@ WARM_MODULES = (
 )
 # Modules that must be imported in the kernel itself (they register with its IPython, or
 # read MPLBACKEND, which ipykernel sets): the template refuses to serve if one got in.
-KERNEL_ONLY = ("matplotlib", "ipywidgets", "matplotlib_inline", "IPython.display")
+KERNEL_ONLY = ("matplotlib", "ipywidgets", "matplotlib_inline")
 # What ipykernel adds to os.environ at start-up (kernelapp.init_gui_pylab and
 # zmqshell.init_environment): the forkserver, forked before ipykernel starts, gets it too.
 KERNEL_ENV_ADDED = {"TERM": "xterm-color", "CLICOLOR": "1", "FORCE_COLOR": "1",
@@ -122,11 +123,13 @@ def _fork_forkserver() -> None:
 
     from parlab.launch.runner import _PRELOAD
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
+    # multiprocessing's own forkserver object, filled in as its ensure_running would (3.11)
+    private: Any = forkserver  # its module-level ForkServer, and connection's address maker
+    server = private._forkserver
     listener = socket.socket(socket.AF_UNIX)
-    address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+    address = cast(Any, connection).arbitrary_address("AF_UNIX")
     listener.bind(address)
-    if not util.is_abstract_socket_namespace(address):  # type: ignore[attr-defined]
+    if not util.is_abstract_socket_namespace(address):
         os.chmod(address, 0o600)
     listener.listen()
     alive_r, alive_w = os.pipe()
@@ -145,6 +148,18 @@ def _fork_forkserver() -> None:
     server._preload_modules = list(_PRELOAD)
 
 
+def _shadowed(folder: str) -> list[str]:
+    """Top-level modules of the template that a file or folder in `folder` (the notebook's)
+    would replace in a fresh kernel, where that folder comes first on sys.path."""
+    tops = {m.split(".")[0] for m in sys.modules if not m.startswith("_")}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.removesuffix(".py") in tops and (
+        n.endswith(".py") or os.path.isdir(os.path.join(folder, n))))
+
+
 def become_kernel(request: dict) -> None:
     """In the forked child: turn into `python -m ipykernel_launcher ARGS` (never returns)."""
     import random
@@ -158,6 +173,12 @@ def become_kernel(request: dict) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # as jupyter_client sets it: the
+    # kernel ends when its parent, the template, has gone (and prints no connection banner)
+    shadowed = _shadowed(os.getcwd())
+    if shadowed:  # a learner's torch.py (say): start cold, so that it is imported as it
+        # would be in a fresh kernel, and the grade is the same
+        os.execv(sys.executable, [sys.executable, *LAUNCHER, *request["argv"]])
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
@@ -167,7 +188,9 @@ def become_kernel(request: dict) -> None:
             os.environ["MPLBACKEND"] = MPLBACKEND
         os.environ.update(KERNEL_ENV_ADDED)
         _fork_forkserver()
-    sys.argv = ["ipykernel_launcher", *request["argv"]]
+    # ipykernel read JPY_PARENT_PID when the template imported it: say it again
+    sys.argv = ["ipykernel_launcher", *request["argv"],
+                f"--IPKernelApp.parent_handle={os.environ['JPY_PARENT_PID']}"]
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
     sys.exit(0)
 
