@@ -125,7 +125,7 @@ class ClassRun:
     peak_rss: int
     phases: dict[str, list[float]] = field(default_factory=dict)  # phase -> [wall s, CPU s]
     wrong: list[str] = field(default_factory=list)  # students whose scores differ
-    not_run_cells: int = 0
+    reference: dict[str, dict] = field(default_factory=dict)  # alone-<variant> -> cells
 
     @property
     def per_minute(self) -> float:
@@ -168,7 +168,7 @@ def grade_class(root: Path, who: dict[str, str], workers: int,
     wrong = [s for s in students if graded[s] != reference[f"alone-{who[s]}"]]
     phases, in_notebooks = _profiles(root, students)
     phases["nbgrader"] = [max(0.0, seconds * min(workers, len(students)) - in_notebooks), 0.0]
-    return ClassRun(len(students), workers, seconds, peak, phases, wrong)
+    return ClassRun(len(students), workers, seconds, peak, phases, wrong, reference)
 
 
 def report(result: ClassRun) -> str:

@@ -34,6 +34,7 @@ must see the kernel's IPython first), kernels start the usual way and a warning 
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
@@ -107,6 +108,17 @@ class Zygote:
         if not ready or not ready.get("ready"):
             self.proc.kill()
             raise RuntimeError((ready or {}).get("why") or "the template ended at start-up")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End the template and wait for it (at exit): the run's check for processes left
+        behind comes right after its grading processes end, and must not find it."""
+        self.sock.close()  # EOF: the template's loop ends
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     @classmethod
     def get(cls) -> Zygote | None:
