@@ -48,6 +48,7 @@ from parlab.grading import (
 )
 from parlab.grading.profile import PHASES
 
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "bench"
 MODULE = "02_tensor_parallel"
 MISTAKES_DIR = AUTOGRADER_DIR / "mistakes" / MODULE
 # Broken variants: an early exercise (its later checks build on it), a middle one, a late one.
@@ -199,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         who = prepare(root, args.students)
         result = grade_class(root, who, args.workers, tuple(args.nbgrader_args))
-        print(report(result))
+        text = report(result)
+        print(text)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "class.md").write_text(text + "\n")
     finally:
         if args.keep:
             print(f"course root kept: {root}")

@@ -16,6 +16,12 @@ memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT)
   message instead of running it, and notes in an edited locked test cell that it ran as
   released; grades a notebook flagged unreadable (parlab.grading.parallel) without a kernel.
 
+Throughput (autograder/README.md, "Grading a large class"): with `warm_kernels` each kernel is
+forked from a template that has imported torch and the checks (parlab.grading.warm); with
+`skip_after_last_test` no code cell after the last graded one runs; the kernel is shut down
+at once when the notebook is done (every output is in by then); `profile` records where the
+time went. tests/test_warm.py and tests/test_class_bench.py prove them score-neutral.
+
 Cell outcomes, by ename: CellTimeoutError (interrupted after `timeout`), KernelUnresponsive,
 KernelDied, SubmissionTimeLimit, NotRun, TestCellDeleted, InvalidNotebook.
 """
