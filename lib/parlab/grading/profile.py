@@ -3,11 +3,11 @@
 With `--ResilientExecute.profile=True` the executor records, in the autograded notebook's
 metadata (`parlab.grading.profile`), {phase: [wall s, CPU s]} for: kernel start (until the
 kernel answers), imports (the cell tagged `imports`, else the first code cell), answer cells,
-test cells (the first one also starts the forkserver for the ranks), demonstration cells (every
-other code cell), replays after a restart, and kernel shutdown (wall only). CPU is that of the
-kernel's session, ranks included (user + system, with the children it has reaped), read from
-/proc; benchmarks/bench_class.py adds them up over a class. Off by default: each reading scans
-/proc.
+test cells (in a cold kernel the first one also starts the forkserver for the ranks),
+demonstration cells (every other code cell), replays after a restart, and kernel shutdown
+(wall only). CPU is that of the kernel's session, ranks included (user + system, with the
+children it has reaped), read from /proc; benchmarks/bench_class.py adds them up over a
+class. Off by default: each reading scans /proc.
 """
 
 from __future__ import annotations

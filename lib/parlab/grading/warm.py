@@ -20,11 +20,14 @@ that becomes what `python -m ipykernel_launcher -f <connection file>` would be:
 A killed, hung or dead kernel is handled as before (parlab.grading.execute): it leads its own
 session, so `kill_kernel_tree` finds it and everything it started; exec'd descendants carry
 the kernel's token (PARLAB_KERNEL); every process carries the run's token (the zygote was
-started with it), so nothing outlives the run. The template never runs learner code, so no
-submission sees another's state. A notebook whose folder holds a file or package that would
-replace one of the template's modules (a learner's own `torch.py`) gets a cold kernel instead:
-the child execs `python -m ipykernel_launcher`, so that file is imported as it would be in a
-fresh kernel. What still differs from a fresh kernel: the hash seed is the template's.
+started with it), so nothing outlives the run (a process the learner forked without exec and
+moved to a session of its own escapes the per-notebook kill, which looks for the kernel's
+token in the environment it was exec'd with, and is killed at the run's end). The template
+never runs learner code, so no submission sees another's state. A notebook whose folder
+holds a file or package that would replace one of the template's modules (a learner's own
+`torch.py`) gets a cold kernel instead: the child execs `python -m ipykernel_launcher`, so
+that file is imported as it would be in a fresh kernel. What still differs from a fresh
+kernel: the hash seed is the template's.
 
 `WarmKernelManager` is the kernel manager ResilientExecute uses when `warm_kernels` is on
 (autograder/nbgrader_config.py); if the template cannot start, or is not safe to fork (a

@@ -66,7 +66,7 @@ def _read(sock: socket.socket, n: int) -> bytes | None:
     return data
 
 
-# --- the template (runs in `python -m parlab.grading.warm FD`) ---------------------------------
+# --- the template (run by path, see the module doc) -------------------------------------------
 def _unsafe() -> str | None:
     """Why forking this process would not give a kernel its fresh state, or None."""
     loaded = [m for m in KERNEL_ONLY if m in sys.modules]
