@@ -104,6 +104,15 @@ c.Autograde.autograde_preprocessors = [
 c.ResilientExecute.submission_timeout = 900
 # A test cell the learner deleted is put back and scored 0 with a message (True: run it).
 c.ResilientExecute.run_restored_tests = False
+# Throughput (autograder/README.md, "Grading a large class"): each nbgrader process forks its
+# kernels from one template that has imported torch and the checks (parlab.grading.warm), and
+# no cell after the last graded one runs (cells run in order: nothing there can change a
+# score). Tested: tests/test_warm.py, test_faults.py (the fault corpus, warm), the course run
+# (every module's solutions, warm) and tests/test_class_bench.py (scores equal the plain
+# executor's); `--ResilientExecute.warm_kernels=False
+# --ResilientExecute.skip_after_last_test=False` grades the plain way.
+c.ResilientExecute.warm_kernels = True
+c.ResilientExecute.skip_after_last_test = True
 
 # --- generate_feedback ------------------------------------------------------------------------
 # nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.

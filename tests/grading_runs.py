@@ -3,7 +3,8 @@
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
     every answer filled in from the solutions) and "bob" (the blank release), and autograded
-    by `parlab.grading.autograde_parallel` with the course's own limits. Each module's answered and
+    by `parlab.grading.autograde_parallel` with the course's own limits, every cell run (not
+    only those up to the last graded one, as the grader does). Each module's answered and
     blank notebooks run exactly once per session; test_notebooks.py and test_roundtrip.py
     read their verdicts from this run.
 fault run: the class of issue 15's "Why", on the faultlab module, through the README's
@@ -100,7 +101,10 @@ def course_run(root: Path) -> CourseRun:
         _submit(root, FULL, module, full_answers(root, module))
         _submit(root, BLANK, module, nbformat.read(
             str(root / "course" / module / f"{module}.ipynb"), as_version=4))
-    run = autograde_parallel(root, "*", workers=WORKERS, record=False)
+    # Every cell runs, those after the last graded one included (the grader skips them: they
+    # cannot change a score): test_notebooks.py checks from this run that each executes clean.
+    run = autograde_parallel(root, "*", workers=WORKERS, record=False,
+                             nbgrader_args=("--ResilientExecute.skip_after_last_test=False",))
     return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources})
 
 

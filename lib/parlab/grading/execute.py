@@ -16,6 +16,12 @@ memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT)
   message instead of running it, and notes in an edited locked test cell that it ran as
   released; grades a notebook flagged unreadable (parlab.grading.parallel) without a kernel.
 
+Throughput (autograder/README.md, "Grading a large class"): with `warm_kernels` each kernel is
+forked from a template that has imported torch and the checks (parlab.grading.warm); with
+`skip_after_last_test` no code cell after the last graded one runs; the kernel is shut down
+at once when the notebook is done (every output is in by then); `profile` records where the
+time went. tests/test_warm.py and tests/test_class_bench.py prove them score-neutral.
+
 Cell outcomes, by ename: CellTimeoutError (interrupted after `timeout`), KernelUnresponsive,
 KernelDied, SubmissionTimeLimit, NotRun, TestCellDeleted, InvalidNotebook.
 """
@@ -34,9 +40,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
-from parlab.grading.cells import META, error_output, has_error, restored
+from parlab.grading.cells import META, error_output, has_error, is_graded_cell, restored
 from parlab.grading.names import note_undefined_name
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
+from parlab.grading.profile import Timings, phase_of
 
 
 class _Restart(Exception):
@@ -55,6 +62,19 @@ class ResilientExecute(Execute):
     run_restored_tests = Bool(
         False, help="Run a test cell that the learner deleted (and nbgrader put back) instead "
         "of scoring it 0.").tag(config=True)
+    warm_kernels = Bool(
+        False, help="Fork each kernel from a template that has imported torch and the checks "
+        "(parlab.grading.warm) instead of starting a new Python.").tag(config=True)
+    profile = Bool(
+        False, help="Record wall and CPU seconds per phase in the notebook's metadata "
+        "(parlab.grading.profile).").tag(config=True)
+    skip_after_last_test = Bool(
+        True, help="Do not run the code cells after the last graded cell: nothing they do can "
+        "change a score (a demonstration, the standing() cell).").tag(config=True)
+
+    @default("shutdown_kernel")
+    def _shutdown_kernel_default(self) -> str:
+        return "immediate"  # every output is in: a graceful shutdown only waits (~1-3 s)
 
     @default("iopub_timeout")
     def _iopub_timeout_default(self) -> int:
@@ -63,6 +83,10 @@ class ResilientExecute(Execute):
     # --- one notebook ---------------------------------------------------------------------
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         NotebookClient.__init__(self, nb, km)
+        if self.warm_kernels:
+            from parlab.grading.warm import WarmKernelManager
+
+            self.kernel_manager_class = WarmKernelManager
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         start = time.monotonic()
@@ -70,31 +94,35 @@ class ResilientExecute(Execute):
         self._sid: int | None = None
         self._token: str | None = None
         self.restarts = 0
+        self._timings = Timings(self.profile)
         unreadable = self.nb.metadata.get(META, {}).get("unreadable")
         if unreadable:  # nothing to run: every test gets the reason
             self._finish(0, "InvalidNotebook", unreadable)
             self.nb.metadata[META]["grading"] = {"seconds": 0.0, "restarts": 0}
             return self.nb, self.resources
         succeeded: list[int] = []  # cells to re-run after a restart
-        index, why_stopped = 0, None
-        while index < len(self.nb.cells) and why_stopped is None:
+        index, why_stopped, end = 0, None, self._end()
+        while index < end and why_stopped is None:
             if time.monotonic() >= self._deadline:
                 why_stopped = self._limit_text()
                 break
             try:
                 mark = uuid.uuid4().hex
                 self._token = f"{KERNEL_ENV}={mark}"
+                self._timings.start()
                 with self.setup_kernel(env=dict(os.environ, **{KERNEL_ENV: mark})):
                     self._sid = self._kernel_session()
                     info = self.wait_for_reply(self.kc.kernel_info()) or {}
                     self.nb.metadata["language_info"] = info.get("content", {}).get(
                         "language_info", {"name": "python"})
+                    self._timings.mark("kernel start", self._sid)
                     why_stopped = self._replay(succeeded)
-                    while why_stopped is None and index < len(self.nb.cells):
+                    self._timings.mark("replay")
+                    while why_stopped is None and index < end:
                         if time.monotonic() >= self._deadline:
                             why_stopped = self._limit_text()
                             break
-                        if self._run_one(index, resources):
+                        if self._timed_run(index, resources):
                             succeeded.append(index)
                         index += 1
             except _Restart:
@@ -105,12 +133,35 @@ class ResilientExecute(Execute):
                                    f"most allowed is {self.max_restarts}")
             finally:
                 kill_kernel_tree(self._sid, self._token)
+                self._timings.mark("shutdown")
         if why_stopped:
             self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
         self.set_widgets_metadata()
         self.nb.metadata.setdefault(META, {})["grading"] = {
-            "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts}
+            "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts,
+            "not_run_after_last_test": sum(c.cell_type == "code" for c in self.nb.cells[end:])}
+        if self.profile:
+            self.nb.metadata[META]["grading"]["profile"] = self._timings.record()
         return self.nb, self.resources
+
+    def _timed_run(self, index: int, resources) -> bool:
+        """`_run_one`, its time charged to the cell's phase (parlab.grading.profile)."""
+        cell = self.nb.cells[index]
+        if cell.cell_type != "code" or not self.profile:
+            return self._run_one(index, resources)
+        first = next(i for i, c in enumerate(self.nb.cells) if c.cell_type == "code") == index
+        try:
+            return self._run_one(index, resources)
+        finally:
+            self._timings.mark(phase_of(cell, first))
+
+    def _end(self) -> int:
+        """One past the last cell to run: after the last graded cell when skip_after_last_test
+        (no later cell can change a score), else the notebook's end."""
+        if not self.skip_after_last_test:
+            return len(self.nb.cells)
+        graded = [i for i, c in enumerate(self.nb.cells) if is_graded_cell(c)]
+        return graded[-1] + 1 if graded else len(self.nb.cells)
 
     def _run_one(self, index: int, resources) -> bool:
         """Run cell `index`; True if it ran clean. Raises _Restart when the kernel is lost."""

@@ -1,0 +1,202 @@
+"""The template that warm kernels are forked from (see parlab.grading.warm).
+
+It is run by path, not as a module of parlab.grading, so that the template holds only what a
+kernel would import (`WARM_MODULES`), not the grading package and nbgrader:
+
+    python -c "from runpy import run_path; run_path('<this file>', run_name='__main__')" FD
+
+FD is one end of a socketpair: the grader (parlab.grading.warm.Zygote) sends one request per
+kernel, the template forks, and the child turns into `python -m ipykernel_launcher ARGS`.
+Nothing here imports parlab.grading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from typing import Any, cast
+
+# What the template imports: the forkserver's own preload (parlab.launch.runner._PRELOAD),
+# ipykernel, and the checks of every module that import neither matplotlib nor ipywidgets.
+WARM_MODULES = (
+    "torch", "torch.distributed", "cloudpickle", "parlab.launch.rank",
+    "torch.fx.experimental.symbolic_shapes", "numpy", "ipykernel.kernelapp", "parlab.launch",
+    "parlab.check", "parlab.costs", "parlab.model", "parlab.check.collectives",
+    "parlab.check.composition", "parlab.check.fsdp", "parlab.check.moe", "parlab.check.sp",
+    "parlab.check.tp",
+)
+# Modules that must be imported in the kernel itself (they register with its IPython, or
+# read MPLBACKEND, which ipykernel sets): the template refuses to serve if one got in.
+KERNEL_ONLY = ("matplotlib", "ipywidgets", "matplotlib_inline")
+# What ipykernel adds to os.environ at start-up (kernelapp.init_gui_pylab and
+# zmqshell.init_environment): the forkserver, forked before ipykernel starts, gets it too.
+KERNEL_ENV_ADDED = {"TERM": "xterm-color", "CLICOLOR": "1", "FORCE_COLOR": "1",
+                    "CLICOLOR_FORCE": "1", "PAGER": "cat", "GIT_PAGER": "cat"}
+MPLBACKEND = "module://matplotlib_inline.backend_inline"
+LAUNCHER = ["-m", "ipykernel_launcher"]
+
+# --- the wire: length-prefixed JSON over a socketpair ------------------------------------------
+def send(sock: socket.socket, message: dict) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def recv(sock: socket.socket, timeout: float | None = None) -> dict | None:
+    """One message, or None at EOF."""
+    sock.settimeout(timeout)
+    head = _read(sock, 4)
+    if head is None:
+        return None
+    body = _read(sock, struct.unpack("!I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _read(sock: socket.socket, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+# --- the template (run by path, see the module doc) -------------------------------------------
+def _unsafe() -> str | None:
+    """Why forking this process would not give a kernel its fresh state, or None."""
+    loaded = [m for m in KERNEL_ONLY if m in sys.modules]
+    if loaded:
+        return f"WARM_MODULES imported {', '.join(loaded)}, which must load in the kernel"
+    if threading.active_count() != 1:
+        return f"a Python thread is running in the template: {threading.enumerate()}"
+    return None
+
+
+def _reap(_signum: int, _frame: object) -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def serve(fd: int) -> dict | None:
+    """The template's loop. Returns only in a forked child: the request it must become."""
+    import importlib
+
+    sock = socket.socket(fileno=fd)
+    try:
+        for name in WARM_MODULES:
+            importlib.import_module(name)
+        why = _unsafe()
+    except Exception as exc:  # noqa: BLE001 - reported to the grader, which starts cold
+        why = f"importing WARM_MODULES failed: {exc!r}"
+    send(sock, {"ready": why is None, "why": why})
+    if why is not None:
+        return None
+    signal.signal(signal.SIGCHLD, _reap)  # kernels are reaped (their CPU time counted) as they end
+    while (request := recv(sock)) is not None:
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            os.close(go_w)
+            os.read(go_r, 1)  # wait until the grader holds a pidfd on us
+            os.close(go_r)
+            return request
+        os.close(go_r)
+        send(sock, {"pid": pid})
+        recv(sock)  # "go"
+        os.write(go_w, b"g")
+        os.close(go_w)
+    return None
+
+
+def _fork_forkserver() -> None:
+    """Start this kernel's multiprocessing forkserver by forking (see the module doc)."""
+    from multiprocessing import connection, forkserver, util
+
+    from parlab.launch.runner import _PRELOAD
+
+    # multiprocessing's own forkserver object, filled in as its ensure_running would (3.11)
+    private: Any = forkserver  # its module-level ForkServer, and connection's address maker
+    server = private._forkserver
+    listener = socket.socket(socket.AF_UNIX)
+    address = cast(Any, connection).arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    if not util.is_abstract_socket_namespace(address):
+        os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the forkserver: it ends when every holder of alive_w has gone
+        os.close(alive_w)
+        try:
+            forkserver.main(listener.fileno(), alive_r, list(_PRELOAD))
+        finally:
+            os._exit(0)
+    listener.close()
+    os.close(alive_r)
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
+    server._preload_modules = list(_PRELOAD)
+
+
+def _shadowed(folder: str) -> list[str]:
+    """Top-level modules of the template that a file or folder in `folder` (the notebook's)
+    would replace in a fresh kernel, where that folder comes first on sys.path."""
+    tops = {m.split(".")[0] for m in sys.modules if not m.startswith("_")}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.removesuffix(".py") in tops and (
+        n.endswith(".py") or os.path.isdir(os.path.join(folder, n))))
+
+
+def become_kernel(request: dict) -> None:
+    """In the forked child: turn into `python -m ipykernel_launcher ARGS` (never returns)."""
+    import random
+    import runpy
+
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # as jupyter_client sets it: the
+    # kernel ends when its parent, the template, has gone (and prints no connection banner)
+    shadowed = _shadowed(os.getcwd())
+    if shadowed:  # a learner's torch.py (say): start cold, so that it is imported as it
+        # would be in a fresh kernel, and the grade is the same
+        os.execv(sys.executable, [sys.executable, *LAUNCHER, *request["argv"]])
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    sys.path[0] = os.getcwd()  # as `python -m` sets it; ipykernel_launcher removes it
+    if request.get("forkserver", True):
+        if not os.environ.get("MPLBACKEND"):
+            os.environ["MPLBACKEND"] = MPLBACKEND
+        os.environ.update(KERNEL_ENV_ADDED)
+        _fork_forkserver()
+    # ipykernel read JPY_PARENT_PID when the template imported it: say it again
+    sys.argv = ["ipykernel_launcher", *request["argv"],
+                f"--IPKernelApp.parent_handle={os.environ['JPY_PARENT_PID']}"]
+    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
+
+if __name__ == "__main__":
+    _request = serve(int(sys.argv[1]))
+    if _request is not None:
+        become_kernel(_request)
