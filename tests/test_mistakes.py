@@ -94,7 +94,11 @@ def test_corpus_is_complete_and_documented(folder: Path) -> None:
 
 
 def _solution_sizes(table: Table, check: str) -> tuple[int, ...]:
-    return table.solution_sizes.get(check, table.sizes_of(check))
+    """The sizes the mistakes run at, so each mistake has a passing control beside it; the
+    other sizes of a table's solution_sizes run in the notebooks' hidden tests, through the
+    course run (tests/test_notebooks.py), so they are not run twice."""
+    wanted = table.solution_sizes.get(check, table.sizes_of(check))
+    return tuple(t for t in wanted if t in table.sizes_of(check)) or wanted[:1]
 
 
 SOLUTIONS = [pytest.param(table, check, t, id=f"{table.module}-{check}-t{t}",
