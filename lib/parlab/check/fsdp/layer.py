@@ -25,14 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
+import parlab.check._harness as harness
 from parlab.check._compare import assert_owns_only, fail, randomize_parameters
-from parlab.check._harness import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    refuse_in_rank,
-    run_checked,
-)
 from parlab.check.fsdp.common import (
     ALL_REDUCE,
     DP_WHAT,
@@ -71,7 +65,7 @@ def _traced(stage: str, fn: Callable[..., Any], *args: Any) -> tuple[Any, list[t
     from parlab import comm
 
     with comm.trace() as tr:
-        out = call_learner(stage, fn, *args, shape_hint=SHAPES)
+        out = harness.call_learner(stage, fn, *args, shape_hint=SHAPES)
     return out, kinds(tr.events)
 
 
@@ -98,10 +92,10 @@ def _flat_of(tensors: list[Any]) -> torch.Tensor | None:
 
 def _worker(cls: Callable[..., Any], in_f: int, out_f: int) -> dict:
     rank, d, dev = env()
-    refuse_in_rank(dp_references(), DP_WHAT)
+    harness.refuse_in_rank(dp_references(), DP_WHAT)
     linear, xs, ups = _problem(d, in_f, out_f)
-    layer = call_learner("FSDPLinear(linear)", cls, copy.deepcopy(linear).to(dev),
-                         shape_hint=SHAPES)
+    layer = harness.call_learner("FSDPLinear(linear)", cls, copy.deepcopy(linear).to(dev),
+                                 shape_hint=SHAPES)
     params = list(layer.parameters())
     flat = torch.cat([linear.weight.detach().flatten(), linear.bias.detach()])
     _check_shard(sum(p.numel() for p in params), _flat_of(params), flat, rank, d)
@@ -210,10 +204,11 @@ def _reference(d: int, in_f: int, out_f: int) -> dict:
             "grad_x": [u @ linear.weight.detach() for u in ups]}
 
 
-@exercise("fsdp_layer", needs={"fsdp_shards": "take_shard, all_gather_flat and "
-                                              "reduce_scatter_flat (the first test of exercise 2)"})
+@harness.exercise("fsdp_layer", needs={
+    "fsdp_shards": "take_shard, all_gather_flat and reduce_scatter_flat (the first test of "
+                   "exercise 2)"})
 def check_fsdp_layer(cls: Callable[..., Any], *, world_size: int = 2, in_features: int = 8,
-                     out_features: int = 8, timeout: float = CHECK_TIMEOUT_S,
+                     out_features: int = 8, timeout: float = harness.CHECK_TIMEOUT_S,
                      quiet: bool = False) -> dict:
     """FSDPLinear(linear) on `world_size` ranks against a DDP step (see the module docstring).
     Returns rank 0's measured bytes and the model's: {"t", "P", "measured", "model"}."""
@@ -221,10 +216,10 @@ def check_fsdp_layer(cls: Callable[..., Any], *, world_size: int = 2, in_feature
     if p % d:
         raise ValueError(f"P = {p} must be a multiple of world_size = {d}")
     _not_the_layer(cls)
-    results = run_checked(_worker, d, cls, in_features, out_features, what="the FSDP layer",
-                          timeout=timeout, hang_hint="every rank must make the same "
-                          "collective calls in the same order: one all-gather in forward, an "
-                          "all-gather and a reduce-scatter in backward")
+    results = harness.run_checked(
+        _worker, d, cls, in_features, out_features, what="the FSDP layer", timeout=timeout,
+        hang_hint="every rank must make the same collective calls in the same order: one "
+        "all-gather in forward, an all-gather and a reduce-scatter in backward")
     ref, model = _reference(d, in_features, out_features), 3 * (d - 1) / d * p * 4
     for rank, res in enumerate(results):
         _check_step(res, ref, rank, d)

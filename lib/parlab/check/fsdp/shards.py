@@ -20,14 +20,8 @@ from typing import Any
 
 import torch
 
+import parlab.check._harness as harness
 from parlab.check._compare import assert_owns_only, assert_unchanged, fail
-from parlab.check._harness import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    refuse_in_rank,
-    run_checked,
-)
 from parlab.check.fsdp.common import (
     ALL_REDUCE,
     DP_WHAT,
@@ -95,18 +89,19 @@ def _worker(all_gather_flat: Callable[..., Any], reduce_scatter_flat: Callable[.
     from parlab import comm
 
     rank, d, dev = env()
-    refuse_in_rank(dp_references(), DP_WHAT)
+    harness.refuse_in_rank(dp_references(), DP_WHAT)
     n = numel // d
     shard = _flat(numel, seed)[rank * n:(rank + 1) * n].clone().to(dev)
     grad, before = _grad(numel, seed, rank).to(dev), shard.clone()
     g_before = grad.clone()
     with comm.trace() as tr:
-        full = call_learner("all_gather_flat(shard)", all_gather_flat, shard, shape_hint=SHAPES)
+        full = harness.call_learner("all_gather_flat(shard)", all_gather_flat, shard,
+                                    shape_hint=SHAPES)
     out: dict[str, Any] = {"full": cpu(full), "gather": kinds(tr.events),
                            "shard_changed": not torch.equal(before, shard)}
     with comm.trace() as tr:
-        mine = call_learner("reduce_scatter_flat(grad)", reduce_scatter_flat, grad,
-                            shape_hint=SHAPES)
+        mine = harness.call_learner("reduce_scatter_flat(grad)", reduce_scatter_flat, grad,
+                                    shape_hint=SHAPES)
     out.update(mine=cpu(mine), scatter=kinds(tr.events),
                grad_changed=not torch.equal(g_before, grad))
     return out
@@ -167,10 +162,10 @@ def _check_bytes(events: list, call_name: str, want: float, rank: int) -> None:
              "or reduce-scatter sends (d-1)/d of it; more means extra calls")
 
 
-@exercise("fsdp_shards")
+@harness.exercise("fsdp_shards")
 def check_flat_shards(take_shard: Callable[..., Any], all_gather_flat: Callable[..., Any],
                       reduce_scatter_flat: Callable[..., Any], *, world_size: int = 2,
-                      numel: int = 72, seed: int = 0, timeout: float = CHECK_TIMEOUT_S,
+                      numel: int = 72, seed: int = 0, timeout: float = harness.CHECK_TIMEOUT_S,
                       quiet: bool = False) -> None:
     """The three helpers of FSDPLinear on `world_size` ranks (see the module docstring)."""
     d = world_size
@@ -181,10 +176,11 @@ def check_flat_shards(take_shard: Callable[..., Any], all_gather_flat: Callable[
                      (reduce_scatter_flat, "reduce_scatter_flat")):
         not_the_course(fn, name, refs, DP_WHAT)
     _check_take_shard(take_shard, numel, d, seed)
-    results = run_checked(_worker, d, all_gather_flat, reduce_scatter_flat, numel, seed,
-                          what="all_gather_flat and reduce_scatter_flat", timeout=timeout,
-                          hang_hint="every rank must make the same collective calls, in the "
-                          "same order, with tensors of the same size")
+    results = harness.run_checked(
+        _worker, d, all_gather_flat, reduce_scatter_flat, numel, seed,
+        what="all_gather_flat and reduce_scatter_flat", timeout=timeout,
+        hang_hint="every rank must make the same collective calls, in the same order, with "
+        "tensors of the same size")
     flat, n = _flat(numel, seed), numel // d
     mean = sum(_grad(numel, seed, q) for q in range(d)) / d
     for rank, res in enumerate(results):

@@ -25,15 +25,8 @@ from typing import Any
 
 import torch
 
+import parlab.check._harness as harness
 from parlab.check._compare import assert_close, assert_unchanged, fail, randomize_parameters
-from parlab.check._harness import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    not_reexport,
-    refuse_in_rank,
-    run_checked,
-)
 from parlab.check.moe import watch
 from parlab.check.moe.common import F64_TOL, KEYS, REFUSAL, references, story
 
@@ -57,7 +50,7 @@ OTHER = ("y matches none of the known mistakes (gates, placement, drops): follow
 HANG = ("a collective that only some ranks call, or split sizes that do not match between "
         "ranks: every rank must make the same calls in the same order")
 # gloo: CPU tensors, tiny sizes, even on a GPU machine
-_run = functools.partial(run_checked, hang_hint=HANG, backend="gloo")
+_run = functools.partial(harness.run_checked, hang_hint=HANG, backend="gloo")
 
 
 def _setup(ep: int, per_rank: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor,
@@ -101,10 +94,10 @@ def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> di
                                     capacity_factor=capacity_factor))
         what = "ep_moe_capacity(x, gates, experts, shard, capacity)"
     watch.install(rank, ep, expected)
-    refuse_in_rank(references(), REFUSAL)
+    harness.refuse_in_rank(references(), REFUSAL)
     with comm.trace() as tr:
-        y = call_learner(what, fn, *args,
-                         shape_hint=SHAPES + (f"; {PER_RANK}" if per_rank != 2 else ""))
+        y = harness.call_learner(what, fn, *args,
+                                 shape_hint=SHAPES + (f"; {PER_RANK}" if per_rank != 2 else ""))
     assert_unchanged(experts[rows], es, name="experts", rank=rank)
     if not isinstance(y, torch.Tensor) or y.shape != xs.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
@@ -115,7 +108,7 @@ def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> di
              hint="the all-to-all must be differentiable: an autograd Function whose backward "
                   "is the all-to-all with the split sizes swapped")
     fwd = [(e.kind, tuple(e.shape), e.wire_bytes) for e in tr.events]
-    call_learner(f"the backward of {what}", lambda: (y * up[rows]).sum().backward())
+    harness.call_learner(f"the backward of {what}", lambda: (y * up[rows]).sum().backward())
     grads = [None if p.grad is None else p.grad.detach() for p in (xs, gs, shard.w1, shard.w2)]
     return {"y": y.detach(), "grads": grads, "forward": fwd}
 
@@ -184,11 +177,11 @@ def _where(ep: int, per_rank: int) -> str:
     return f"{ep} ranks ({per_rank * ep} experts, {per_rank} per rank)"
 
 
-@exercise(KEYS["ep_moe"])
+@harness.exercise(KEYS["ep_moe"])
 def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int = 2,
-                 timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+                 timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> None:
     """ep_moe(x, gates, experts, shard) on `world_size` = ep ranks against one device."""
-    not_reexport(ep_moe, name="ep_moe")
+    harness.not_reexport(ep_moe, name="ep_moe")
     ep, per_rank = world_size, experts_per_rank
     results = _run(_ep_worker, ep, ep_moe, per_rank, None, what="ep_moe", timeout=timeout)
     _compare(results, ep, per_rank, None, f"ep_moe on {_where(ep, per_rank)}")
@@ -203,17 +196,18 @@ def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int
               "single-device MoE; the split sizes fit the routing")
 
 
-@exercise(KEYS["ep_capacity"], needs={KEYS["capacity"]: "expert_capacity and keep_mask "
-                                      "(exercise 2)", KEYS["ep_moe"]: "AllToAll (exercise 3)"})
+@harness.exercise(KEYS["ep_capacity"], needs={
+    KEYS["capacity"]: "expert_capacity and keep_mask (exercise 2)",
+    KEYS["ep_moe"]: "AllToAll (exercise 3)"})
 def check_ep_capacity(ep_moe_capacity: Callable, *, world_size: int = 2,
                       experts_per_rank: int = 2, capacity_factor: float = CAPACITY_FACTOR,
-                      timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> dict:
+                      timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> dict:
     """ep_moe_capacity(x, gates, experts, shard, capacity) against the single-device MoE with
     the same drops; returns the forward all-to-all bytes of rank 0, measured and modelled."""
     from parlab.moe.costs import ep_a2a_bytes
     from parlab.moe.layer import expert_capacity
 
-    not_reexport(ep_moe_capacity, name="ep_moe_capacity")
+    harness.not_reexport(ep_moe_capacity, name="ep_moe_capacity")
     ep, per_rank = world_size, experts_per_rank
     e = per_rank * ep
     results = _run(_ep_worker, ep, ep_moe_capacity, per_rank, capacity_factor,

@@ -21,15 +21,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import parlab.check._harness as harness
 from parlab.check._compare import fail
-from parlab.check._harness import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    not_reexport,
-    refuse_in_rank,
-    run_checked,
-)
 from parlab.check.pp.common import HANG, compare, model_options
 from parlab.pp import actions, dualpipe
 from parlab.pp import schedules as pp
@@ -69,8 +62,8 @@ def _stages(v_stage_of: Callable) -> None:
     for p in (1, 2, 3, 4, 5, 8):
         for r in range(p):
             for c in (0, 1):
-                got = call_learner(f"v_stage_of({r}, {c}, {p})", v_stage_of, r, c, p,
-                                   refuse=STAGE_REFUSED, refusal=REFUSAL)
+                got = harness.call_learner(f"v_stage_of({r}, {c}, {p})", v_stage_of, r, c, p,
+                                           refuse=STAGE_REFUSED, refusal=REFUSAL)
                 want = r if c == 0 else 2 * p - 1 - r
                 if got != want:
                     hint = (LOOPED if got == c * p + r else
@@ -98,7 +91,7 @@ def _first_difference(got: Sequence[Any], want: Sequence[Any], r: int, p: int, m
 def _order(order: Callable, r: int, p: int, m: int) -> list[Any]:
     """The learner's order of rank r, or a failure saying what was expected."""
     where = f"dualpipe_v_order({r}, {p}, {m})"
-    got = call_learner(where, order, r, p, m, refuse=ORDER_REFUSED, refusal=REFUSAL)
+    got = harness.call_learner(where, order, r, p, m, refuse=ORDER_REFUSED, refusal=REFUSAL)
     if not isinstance(got, (list, tuple)):
         fail(f"{where} returned {type(got).__name__}, expected the list of rank {r}'s "
              "Actions", hint="return one rank's list: [Action('F', 0), ...]")
@@ -143,29 +136,29 @@ def _chunk_layers(v_stage_of: Callable, rank: int, n_layers: int, p: int, v: int
 def _rank_worker(schedule: list, opts: dict[str, Any], layers_of: Callable) -> dict:
     from parlab.pp.run import pipeline_worker
 
-    refuse_in_rank([pp.stage_of, pp.rank_and_chunk, dualpipe.dualpipe_v,
-                    dualpipe.dualpipe_v_rank], REFUSAL)
+    harness.refuse_in_rank([pp.stage_of, pp.rank_and_chunk, dualpipe.dualpipe_v,
+                            dualpipe.dualpipe_v_rank], REFUSAL)
     return pipeline_worker(schedule, None, {**model_options(opts), "placement": "v"},
                            layers_of)
 
 
-@exercise("04.dualpipe_v")
+@harness.exercise("04.dualpipe_v")
 def check_dualpipe_v(v_stage_of: Callable, dualpipe_v_order: Callable, *, world_size: int = 2,
-                     timeout: float = CHECK_TIMEOUT_S, quiet: bool = False,
+                     timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False,
                      cases: Sequence[tuple[int, int]] = ORDER_CASES) -> None:
     """Exercise 5: the V placement, one rank's order for several (p, m), then real ranks."""
-    not_reexport(v_stage_of, name="v_stage_of")
-    not_reexport(dualpipe_v_order, name="dualpipe_v_order")
+    harness.not_reexport(v_stage_of, name="v_stage_of")
+    harness.not_reexport(dualpipe_v_order, name="dualpipe_v_order")
     _stages(v_stage_of)
     for p, m in cases:
         _one_case(dualpipe_v_order, p, m)
     p, m = world_size, 2 * world_size + 1
     opts = {"n_layers": 6 * p, "width": 16, "batch": 2 * m, "seed": 0, "m": m}
     schedule = [_order(dualpipe_v_order, r, p, m) for r in range(p)]
-    results = run_checked(_rank_worker, p, schedule, opts,
-                          functools.partial(_chunk_layers, v_stage_of),
-                          what="DualPipe-V with your order and placement", timeout=timeout,
-                          hang_hint=HANG, backend="gloo")
+    results = harness.run_checked(_rank_worker, p, schedule, opts,
+                                  functools.partial(_chunk_layers, v_stage_of),
+                                  what="DualPipe-V with your order and placement", timeout=timeout,
+                                  hang_hint=HANG, backend="gloo")
     compare([{"loss": res["loss"], "grads": res["grads"]} for res in results], "dualpipe_v",
             opts, loss_rank=0)
     if not quiet:

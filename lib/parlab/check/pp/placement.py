@@ -16,15 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import parlab.check._harness as harness
 from parlab.check._compare import fail
-from parlab.check._harness import (
-    CHECK_TIMEOUT_S,
-    call_learner,
-    exercise,
-    not_reexport,
-    refuse_in_rank,
-    run_checked,
-)
 from parlab.check.pp.common import HANG, compare, model_options, options
 from parlab.pp import schedules as pp
 
@@ -67,8 +60,8 @@ def _closed_forms(stage_of: Callable, layers_of: Callable) -> None:
     for p, v in STAGE_CASES:
         for r in range(p):
             for c in range(v):
-                got = call_learner(f"stage_of({r}, {c}, {p})", stage_of, r, c, p,
-                                   refuse=[pp.stage_of], refusal="parlab.pp.stage_of")
+                got = harness.call_learner(f"stage_of({r}, {c}, {p})", stage_of, r, c, p,
+                                           refuse=[pp.stage_of], refusal="parlab.pp.stage_of")
                 if got != c * p + r:
                     fail(f"stage_of({r}, {c}, {p}) = {got!r} (v = {v}), expected c p + r = "
                          f"{c * p + r}", hint=CONTIGUOUS if got == r * v + c else
@@ -77,8 +70,9 @@ def _closed_forms(stage_of: Callable, layers_of: Callable) -> None:
         n = p * v * k
         for r in range(p):
             where = f"layers_of({r}, n_layers={n}, p={p}, v={v})"
-            got = _as_chunks(call_learner(where, layers_of, r, n, p, v, refuse=[pp.stage_of],
-                                          refusal="parlab.pp.stage_of"), where, v)
+            got = _as_chunks(harness.call_learner(where, layers_of, r, n, p, v,
+                                                  refuse=[pp.stage_of],
+                                                  refusal="parlab.pp.stage_of"), where, v)
             want = [list(range((c * p + r) * k, (c * p + r + 1) * k)) for c in range(v)]
             if got != want:
                 fail(f"{where} = {got}, expected {want}", hint=_layers_hint(got, r, n, p, v))
@@ -87,22 +81,22 @@ def _closed_forms(stage_of: Callable, layers_of: Callable) -> None:
 def _placement_worker(schedule: pp.Schedule, opts: dict[str, Any], layers_of: Callable) -> dict:
     from parlab.pp.run import pipeline_worker
 
-    refuse_in_rank([pp.stage_of], "parlab.pp.stage_of")
+    harness.refuse_in_rank([pp.stage_of], "parlab.pp.stage_of")
     return pipeline_worker(schedule, None, model_options(opts), layers_of)
 
 
-@exercise("04.placement")
+@harness.exercise("04.placement")
 def check_placement(stage_of: Callable, layers_of: Callable, *, world_size: int = 2,
-                    timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+                    timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> None:
     """Exercise 3: looped placement by formula, then an interleaved run on real ranks."""
-    not_reexport(stage_of, name="stage_of")
-    not_reexport(layers_of, name="layers_of")
+    harness.not_reexport(stage_of, name="stage_of")
+    harness.not_reexport(layers_of, name="layers_of")
     _closed_forms(stage_of, layers_of)
     opts = options(world_size, v=2)
     schedule = pp.make_schedule("interleaved_1f1b", world_size, opts["m"], 2)
-    results = run_checked(_placement_worker, world_size, schedule, opts, layers_of,
-                          what="interleaved 1F1B with your layers_of", timeout=timeout,
-                          hang_hint=HANG, backend="gloo")
+    results = harness.run_checked(_placement_worker, world_size, schedule, opts, layers_of,
+                                  what="interleaved 1F1B with your layers_of", timeout=timeout,
+                                  hang_hint=HANG, backend="gloo")
     compare([{"loss": res["loss"], "grads": res["grads"]} for res in results],
             "interleaved_1f1b", opts)
     if not quiet:
