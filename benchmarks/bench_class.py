@@ -51,8 +51,9 @@ from parlab.grading.profile import PHASES
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "bench"
 MODULE = "02_tensor_parallel"
 MISTAKES_DIR = AUTOGRADER_DIR / "mistakes" / MODULE
-# Broken variants: an early exercise (its later checks build on it), a middle one, a late one.
-MISTAKES = ("missing_backward_allreduce", "wrong_shard", "extra_g")
+# Broken variants: a middle exercise (partial marks), an early one (every later check builds on
+# it: no marks), a late one.
+MISTAKES = ("wrong_shard", "missing_backward_allreduce", "extra_g")  # the first: partial marks
 VARIANTS = ("answered", "blank", *MISTAKES)
 # The reference executor: a fresh kernel per notebook, every cell run.
 PLAIN = ("--ResilientExecute.skip_after_last_test=False",

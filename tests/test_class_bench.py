@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 def test_class_of_three_scores_as_each_notebook_graded_alone(tmp_path) -> None:
     root = tmp_path / "course"
-    who = bench_class.prepare(root, 3)  # the answered, blank and one broken notebook
+    who = bench_class.prepare(root, 3)  # the answered, blank and a partly right notebook
     try:
         result = bench_class.grade_class(root, who, workers=2)
     finally:
