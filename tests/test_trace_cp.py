@@ -29,9 +29,12 @@ def test_every_step_is_a_range_in_order_on_every_rank(ring):
             assert [n for n in names if n.endswith("send/recv")] == posted, (mode, rank)
             assert [n for n in names if n.endswith("wait")] == [
                 f"ring step {s} wait" for s in range(W - 1)], (mode, rank)
-            # each receive of the step's K and V, from posting to arrival
-            assert len(tl.ranges(rank=rank, match=TRANSFERS, within=ring.windows[mode])) == (
-                2 * (W - 1))
+            # each receive of the step's K and V, from posting to arrival; at least those: the
+            # window spans all ranks, so a rank that finished first can post the next barrier's
+            # receive while a slower one is still in the ring (the next test pairs each step
+            # with its own transfer)
+            assert len(tl.ranges(rank=rank, match=TRANSFERS, within=ring.windows[mode])) >= (
+                2 * (W - 1)), (mode, rank)
     backward = tl.ranges(rank=0, prefix="ring backward", within=ring.windows["forward+backward"])
     assert [r.name for r in backward if r.name.endswith("compute")] == [
         f"ring backward step {s} compute" for s in range(W)]
