@@ -7,7 +7,8 @@ ranks by value, as it does for a learner's cells; a mistake file from autograder
 runs on top, replacing what it defines. Each mistake file lists in CAUGHT_BY the checks that
 must reject it and a phrase the message must contain; optionally SIZES = {check: world sizes}
 (instead of the table's) and WORLD_SIZES (the only sizes it fails on: a ring that is right on
-2 ranks, where both neighbours are one rank).
+2 ranks, where both neighbours are one rank). Each check of an entry runs once, at the first
+of the table's sizes it fails on: the other sizes run in the notebooks' hidden tests.
 """
 
 from __future__ import annotations
@@ -142,10 +143,21 @@ class Table:
         return self.sizes.get(check, (2,))
 
     def runs(self, path: Path) -> list[tuple[str, str, int]]:
-        """(check, phrase, world size) of every run that must catch the entry at `path`."""
+        """(check, phrase, world size) of every run that must catch the entry at `path`: each
+        check of its CAUGHT_BY once, at the first of the table's sizes (the visible test's:
+        the message a learner meets first), or the first of WORLD_SIZES where it names the
+        only sizes the entry fails on; at every size of the entry's own SIZES."""
         own, only = entry_value(path, "SIZES") or {}, entry_value(path, "WORLD_SIZES")
-        return [(check, phrase, t) for check, phrase in caught_by(path).items()
-                for t in own.get(check, self.sizes_of(check)) if only is None or t in only]
+        runs = []
+        for check, phrase in caught_by(path).items():
+            sizes = [t for t in self.sizes_of(check) if only is None or t in only][:1]
+            runs += [(check, phrase, t) for t in own.get(check, sizes)]
+        return runs
+
+    def mistake_sizes(self, check: str) -> tuple[int, ...]:
+        """Every size some entry of the corpus runs `check` at."""
+        return tuple(sorted({t for path in self.entries() for c, _, t in self.runs(path)
+                             if c == check}))
 
     def is_slow(self, path: Path) -> bool:
         return path.stem in self.slow_entries or any(

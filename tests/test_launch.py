@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -210,6 +211,17 @@ def block_forever():
     time.sleep(3600)
 
 
+@pytest.fixture
+def python_sigint():
+    """SIGINT handled by Python's default handler, as in a kernel. interrupt_main() calls the
+    process's handler, and an event loop an earlier test ran in this process (nbclient adds
+    asyncio's own handler for SIGINT) can leave one that swallows it."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_keyboard_interrupt_kills_every_rank():
     timer = threading.Timer(2.0, _thread.interrupt_main)  # what nbgrader's timeout sends
     timer.start()

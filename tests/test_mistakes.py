@@ -6,8 +6,10 @@ the same for all. A learner's notebook is rebuilt as a kernel holds it (tests/mi
 the solutions notebook's imports cell and answer cells run into one fresh module, and a
 mistake file from autograder/mistakes/<module>/ runs on top, replacing the names it defines,
 as a learner's wrong cell would. Each mistake file lists in CAUGHT_BY the checks that must
-reject it and a phrase the message must contain; every check of it runs at each of its world
-sizes, each as a fresh kernel would (no outcome of an earlier check remembered).
+reject it and a phrase the message must contain; every check of it runs once, at the visible
+test's world size unless the entry names the sizes it fails on (tests/mistakes.py, Table.runs;
+the other sizes run in the hidden tests of the course run), each as a fresh kernel would (no
+outcome of an earlier check remembered).
 Module-specific tests that follow no common pattern: tests/test_mistakes_extra.py.
 """
 
@@ -58,7 +60,7 @@ ENTRIES = [pytest.param(table, path, id=f"{table.module}-{path.stem}",
 
 @pytest.mark.parametrize("table, path", ENTRIES)
 def test_mistake_is_caught(table: Table, path: Path) -> None:
-    """Every check of the entry's CAUGHT_BY, at each world size, rejects it with the phrase."""
+    """Every check of the entry's CAUGHT_BY, at its world size, rejects it with the phrase."""
     runs = table.runs(path)
     assert runs, f"{path.name}: no check runs it (CAUGHT_BY, SIZES and WORLD_SIZES)"
     failures = []
@@ -98,7 +100,7 @@ def _solution_sizes(table: Table, check: str) -> tuple[int, ...]:
     other sizes of a table's solution_sizes run in the notebooks' hidden tests, through the
     course run (tests/test_notebooks.py), so they are not run twice."""
     wanted = table.solution_sizes.get(check, table.sizes_of(check))
-    return tuple(t for t in wanted if t in table.sizes_of(check)) or wanted[:1]
+    return tuple(t for t in wanted if t in table.mistake_sizes(check)) or wanted[:1]
 
 
 SOLUTIONS = [pytest.param(table, check, t, id=f"{table.module}-{check}-t{t}",

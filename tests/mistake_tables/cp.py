@@ -1,4 +1,5 @@
-"""Module 05. The rank checks run on 2, 3 and 4 ranks with a 5 s launcher timeout here, so
+"""Module 05. The rank checks run on the first of 2, 3 and 4 ranks an entry fails on
+(tests/mistakes.py, Table.runs), with a 5 s launcher timeout here, so
 the deadlock costs 5 s, not 20 (tests/test_mistakes_extra.py runs it once under the checks'
 own timeout); a mistake must be caught within TIMEOUT + 10 s. An entry's WORLD_SIZES names
 the only sizes it fails on (a ring that is right on 2 ranks, where both neighbours are one

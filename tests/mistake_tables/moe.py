@@ -1,6 +1,6 @@
-"""Module 06. The router and capacity checks run in this process; the rank checks on 2 and 4
-ranks, and as the hidden test cells' second call does: 3 ranks, 3 experts each (a fractional
-capacity)."""
+"""Module 06. The router and capacity checks run in this process; the rank checks on the
+first of 2 and 4 ranks an entry fails on (tests/mistakes.py, Table.runs), and as the hidden
+test cells' second call does: 3 ranks, 3 experts each (a fractional capacity)."""
 
 from mistakes import Table
 

@@ -1,4 +1,5 @@
-"""Module 04. The checks that launch ranks run on 2, 3 and 4; the others once. An entry's
+"""Module 04. The checks that launch ranks run on the first of 2, 3 and 4 an entry fails on
+(tests/mistakes.py, Table.runs); the others once. An entry's
 WORLD_SIZES names the only sizes it fails on (right on 2 ranks, where both neighbours are one
 rank, or where a hard-coded size happens to fit)."""
 

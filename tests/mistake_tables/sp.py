@@ -1,5 +1,6 @@
-"""Module 03. Every check runs on 2 and 4 ranks for the mistakes, 2, 3 and 4 for the
-solutions; a rank-level comparison names the rank, a byte formula (checked in the kernel)
+"""Module 03. Every check runs on the first of 2 and 4 ranks a mistake fails on
+(tests/mistakes.py, Table.runs), at that size for the solutions (2, 3 and 4 in the course
+run's hidden tests); a rank-level comparison names the rank, a byte formula (checked in the kernel)
 the call."""
 
 from mistakes import Table

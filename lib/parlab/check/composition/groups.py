@@ -16,7 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from parlab.check._compare import assert_equal, expect_type, fail
-from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
+from parlab.check._harness import (
+    CHECK_TIMEOUT_S,
+    call_learner,
+    exercise,
+    not_reexport,
+    refuse_in_rank,
+    run_checked,
+)
 from parlab.check.composition.common import GRID_REFUSAL, GRIDS, KEYS, grid_references
 
 __all__ = ["check_axis_groups", "check_build_groups", "BUILD_CASES"]
@@ -107,11 +114,11 @@ def _probe_groups(build_groups: Callable[[dict], dict], sizes: dict[str, int]) -
     return sums
 
 
-def _one_world(build_groups: Callable, world_size: int, sizes: dict[str, int]) -> None:
+def _one_world(build_groups: Callable, world_size: int, sizes: dict[str, int],
+               timeout: float) -> None:
     from parlab.mesh import make_mesh
 
-    # run_checked's default timeout (CHECK_TIMEOUT_S): 6 and 8 ranks on 2 busy cores start slowly
-    got = run_checked(_probe_groups, world_size, build_groups, sizes,
+    got = run_checked(_probe_groups, world_size, build_groups, sizes, timeout=timeout,
                       what=f"build_groups({sizes})", hang_hint=NEW_GROUP)
     mesh = make_mesh(world_size, **sizes)
     for rank, sums in enumerate(got):
@@ -125,14 +132,15 @@ def _one_world(build_groups: Callable, world_size: int, sizes: dict[str, int]) -
 
 @exercise(KEYS["build_groups"], needs={KEYS["axis_groups"]: "axis_groups (exercise 1a)"})
 def check_build_groups(build_groups: Callable[[dict], dict], *, world_size: int = 4,
-                       quiet: bool = False) -> None:
+                       quiet: bool = False, timeout: float = CHECK_TIMEOUT_S) -> None:
     """build_groups(sizes) on world_size ranks; quiet=True (the hidden test, run right after
     the visible one) on every other world size of BUILD_CASES: each group's all-reduce sums
-    exactly its own ranks."""
+    exactly its own ranks. timeout: the launcher's, per run (the default leaves 6 and 8 ranks
+    on 2 busy cores time to start)."""
     not_reexport(build_groups, name="build_groups")
     worlds = [w for w in sorted(BUILD_CASES) if w != world_size] if quiet else [world_size]
     for world in worlds:
         for sizes in BUILD_CASES[world]:
-            _one_world(build_groups, world, sizes)
+            _one_world(build_groups, world, sizes, timeout)
     if not quiet:
         print(f"build_groups OK on {world_size} ranks: every group sums exactly its own ranks")
