@@ -29,6 +29,7 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
   `class_results` (parlab.grading.record).
 """
 
+import parlab.grading.startup  # noqa: F401  # first: it declines a slow optional import
 from parlab.grading.cells import (
     cell_error,
     grade_id,

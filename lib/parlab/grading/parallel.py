@@ -40,6 +40,7 @@ from parlab.grading.paths import AUTOGRADER_DIR
 from parlab.grading.record import Pair, fingerprints, stale, update_record
 from parlab.grading.results import RUN_ENV, GradeRun, leftover_processes
 from parlab.grading.runner import generate_release, submitted
+from parlab.grading.startup import NBGRADER
 
 
 def _replace_unreadable(folder: Path, release: Path) -> list[str]:
@@ -73,7 +74,7 @@ def _worker(index: int, root: Path, share: list[tuple[str, str]], module: str, r
         dest = wroot / "submitted" / s / m
         shutil.copytree(root / "submitted" / s / m, dest, symlinks=False)
         _replace_unreadable(dest, release / m)
-    cmd = [sys.executable, "-m", "nbgrader", "autograde", module, "--force", *args,
+    cmd = [*NBGRADER, "autograde", module, "--force", *args,
            f"--CourseDirectory.root={wroot}"]
     # The log goes to a file, not a pipe: a process a learner started and left running would
     # hold a pipe open, and reading it to the end would wait for that process.

@@ -1,7 +1,8 @@
 """nbgrader's command line, run the way the make targets run it, and the scores it records.
 
-Every nbgrader step runs as the command line does (`python -m nbgrader ...` from autograder/,
-so autograder/nbgrader_config.py applies); another course root, such as a temporary copy in a
+Every nbgrader step runs as the command line does (`nbgrader ...` from autograder/, so
+autograder/nbgrader_config.py applies; started as parlab.grading.startup.NBGRADER, which is
+nbgrader's own main about 1 s sooner); another course root, such as a temporary copy in a
 test, is passed with `--CourseDirectory.root`. Scores are read from the sqlite gradebook with
 `nbgrader.api.Gradebook`, never inferred from exit codes (DESIGN.md, "Grading").
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from parlab.grading.paths import AUTOGRADER_DIR, REPO_ROOT, list_modules
+from parlab.grading.startup import NBGRADER
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def run_nbgrader(*args: str, root: Path = REPO_ROOT, check: bool = True,
                  timeout: float | None = None) -> NbgraderRun:
     """Run `nbgrader <args> --CourseDirectory.root=<root>` from autograder/ and time it."""
     root_arg = f"--CourseDirectory.root={Path(root).resolve()}"
-    cmd = [sys.executable, "-m", "nbgrader", *args, root_arg]
+    cmd = [*NBGRADER, *args, root_arg]
     env = dict(os.environ)
     # nbgrader runs `alembic` by name when it creates a gradebook: make it this venv's.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
