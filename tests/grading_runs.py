@@ -2,8 +2,9 @@
 
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
-    every answer filled in from the solutions) and "bob" (the blank release), and autograded
-    by `parlab.grading.autograde_parallel` with the course's own limits, every cell run (not
+    every answer filled in from the solutions) and "bob" (the blank release, up to its last
+    graded cell: what the grader runs of it), and autograded by
+    `parlab.grading.autograde_parallel` with the course's own limits, every cell run (not
     only those up to the last graded one, as the grader does). Each module's answered and
     blank notebooks run exactly once per session; test_notebooks.py and test_roundtrip.py
     read their verdicts from this run.
@@ -39,6 +40,7 @@ from parlab.grading import (
     fake_submission,
     generate_release,
     grade_id,
+    is_graded_cell,
     list_modules,
 )
 
@@ -93,16 +95,25 @@ def full_answers(root: Path, module: str) -> nbformat.NotebookNode:
     return fake_submission(root / "solutions" / module / name, root / "course" / module / name)
 
 
+def blank_as_graded(root: Path, module: str) -> nbformat.NotebookNode:
+    """The blank release as the grader runs it: the cells after the last graded one left out,
+    since the grader's default (ResilientExecute.skip_after_last_test) never runs them."""
+    nb = nbformat.read(str(root / "course" / module / f"{module}.ipynb"), as_version=4)
+    graded = [i for i, cell in enumerate(nb.cells) if is_graded_cell(cell)]
+    nb.cells = nb.cells[:graded[-1] + 1] if graded else nb.cells
+    return nb
+
+
 def course_run(root: Path) -> CourseRun:
     sources = {m: SOLUTIONS_DIR / m for m in list_modules(SOLUTIONS_DIR)}
     sources.update({m: FIXTURES_DIR / m for m in list_modules(FIXTURES_DIR)})
     _released(root, sources)
     for module in sources:
         _submit(root, FULL, module, full_answers(root, module))
-        _submit(root, BLANK, module, nbformat.read(
-            str(root / "course" / module / f"{module}.ipynb"), as_version=4))
+        _submit(root, BLANK, module, blank_as_graded(root, module))
     # Every cell runs, those after the last graded one included (the grader skips them: they
-    # cannot change a score): test_notebooks.py checks from this run that each executes clean.
+    # cannot change a score): test_notebooks.py checks from this run that each of the
+    # solutions executes clean; bob's notebooks end at their last graded cell.
     run = autograde_parallel(root, "*", workers=WORKERS, record=False,
                              nbgrader_args=("--ResilientExecute.skip_after_last_test=False",))
     return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources})

@@ -44,6 +44,7 @@ from parlab.grading.cells import META, error_output, has_error, is_graded_cell, 
 from parlab.grading.names import note_undefined_name
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
+from parlab.grading.widget_sync import OUTPUT_WIDGETS
 
 
 class _Restart(Exception):
@@ -83,6 +84,7 @@ class ResilientExecute(Execute):
     # --- one notebook ---------------------------------------------------------------------
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         NotebookClient.__init__(self, nb, km)
+        self.widget_registry = dict(OUTPUT_WIDGETS)  # parlab.grading.widget_sync
         if self.warm_kernels:
             from parlab.grading.warm import WarmKernelManager
 

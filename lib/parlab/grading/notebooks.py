@@ -16,6 +16,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
+from parlab.grading.widget_sync import OUTPUT_WIDGETS
+
 # The ename a cell gets when execute_notebook (like nbgrader) gives up waiting for it.
 TIMEOUT_ENAME = "CellTimeoutError"
 # Set to 1 in the environment of every kernel the self-check and execute_notebook start:
@@ -74,6 +76,7 @@ def execute_notebook(path: Path | str, *, timeout: float = 60, cwd: Path | str |
         resources={"metadata": {"path": str(Path(cwd) if cwd else path.parent)}},
         on_cell_executed=_record_timeout,
     )
+    client.widget_registry = dict(OUTPUT_WIDGETS)  # parlab.grading.widget_sync
     with client.setup_kernel(env=dict(os.environ, **{SELFCHECK_ENV: "1"})):
         for index, cell in enumerate(nb.cells):
             try:
