@@ -1,5 +1,6 @@
 """Module 01. The `hidden:<grade id>` checks run that test cell of the solutions notebook,
-hidden tests included, as the grader does."""
+hidden tests included, as the grader does (so their solutions' controls are the course run's:
+tests/test_mistakes.py)."""
 
 from mistakes import Table, hidden
 
