@@ -7,6 +7,8 @@ memory) or ignores the interrupt sent on a cell timeout (a loop ignoring SIGINT)
 - records a readable error on the cell that killed or hung the kernel, kills the kernel's
   whole session (ranks run in their own process groups, not sessions), starts a new kernel,
   silently re-runs the earlier cells that succeeded, and goes on, so later tests still grade;
+- starts the kernel again (START_RETRIES times) when it dies before answering, before any
+  cell ran in it, where nbgrader would drop the submission; then gives up with a message;
 - bounds the notebook by `submission_timeout` s (each cell by `timeout`); cells it did not
   reach get an error, so they score 0 (nbgrader gives a test cell with no output full marks);
 - notes, on a NameError for a name that an earlier cell defines, that this cell did not
@@ -45,6 +47,8 @@ from parlab.grading.names import note_undefined_name
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
 from parlab.grading.widget_sync import OUTPUT_WIDGETS
+
+START_RETRIES = 2  # a kernel that dies before it answers is started again, this many times
 
 
 class _Restart(Exception):
@@ -102,17 +106,33 @@ class ResilientExecute(Execute):
             self._finish(0, "InvalidNotebook", unreadable)
             self.nb.metadata[META]["grading"] = {"seconds": 0.0, "restarts": 0}
             return self.nb, self.resources
+        end = self._end()
+        index, why_stopped = self._run_cells(end, resources)
+        if why_stopped:
+            self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
+        self.set_widgets_metadata()
+        self.nb.metadata.setdefault(META, {})["grading"] = {
+            "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts,
+            "not_run_after_last_test": sum(c.cell_type == "code" for c in self.nb.cells[end:])}
+        if self.profile:
+            self.nb.metadata[META]["grading"]["profile"] = self._timings.record()
+        return self.nb, self.resources
+
+    def _run_cells(self, end: int, resources: Any) -> tuple[int, str | None]:
+        """Run cells [0, end) in as many kernels as it takes; (where it stopped, why or None)."""
         succeeded: list[int] = []  # cells to re-run after a restart
-        index, why_stopped, end = 0, None, self._end()
+        index, why_stopped, failed_starts = 0, None, 0
         while index < end and why_stopped is None:
             if time.monotonic() >= self._deadline:
                 why_stopped = self._limit_text()
                 break
+            started = False
             try:
                 mark = uuid.uuid4().hex
                 self._token = f"{KERNEL_ENV}={mark}"
                 self._timings.start()
                 with self.setup_kernel(env=dict(os.environ, **{KERNEL_ENV: mark})):
+                    started = True
                     self._sid = self._kernel_session()
                     info = self.wait_for_reply(self.kc.kernel_info()) or {}
                     self.nb.metadata["language_info"] = info.get("content", {}).get(
@@ -133,18 +153,18 @@ class ResilientExecute(Execute):
                 if self.restarts > self.max_restarts:
                     why_stopped = (f"the kernel had to be restarted {self.restarts} times, the "
                                    f"most allowed is {self.max_restarts}")
+            except RuntimeError as exc:  # "Kernel died before replying to kernel_info"
+                if started:
+                    raise
+                # before any code of this notebook ran in it (a port taken by another process
+                # between being chosen and bound, say): start another, a few times
+                failed_starts += 1
+                if failed_starts > START_RETRIES:
+                    why_stopped = f"the kernel did not start, {failed_starts} times ({exc})"
             finally:
                 kill_kernel_tree(self._sid, self._token)
                 self._timings.mark("shutdown")
-        if why_stopped:
-            self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
-        self.set_widgets_metadata()
-        self.nb.metadata.setdefault(META, {})["grading"] = {
-            "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts,
-            "not_run_after_last_test": sum(c.cell_type == "code" for c in self.nb.cells[end:])}
-        if self.profile:
-            self.nb.metadata[META]["grading"]["profile"] = self._timings.record()
-        return self.nb, self.resources
+        return index, why_stopped
 
     def _timed_run(self, index: int, resources) -> bool:
         """`_run_one`, its time charged to the cell's phase (parlab.grading.profile)."""
