@@ -40,9 +40,9 @@ from parlab.grading import (
     fake_submission,
     generate_release,
     grade_id,
-    is_graded_cell,
     list_modules,
 )
+from parlab.grading.cells import after_last_graded
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
@@ -99,8 +99,7 @@ def blank_as_graded(root: Path, module: str) -> nbformat.NotebookNode:
     """The blank release as the grader runs it: the cells after the last graded one left out,
     since the grader's default (ResilientExecute.skip_after_last_test) never runs them."""
     nb = nbformat.read(str(root / "course" / module / f"{module}.ipynb"), as_version=4)
-    graded = [i for i, cell in enumerate(nb.cells) if is_graded_cell(cell)]
-    nb.cells = nb.cells[:graded[-1] + 1] if graded else nb.cells
+    nb.cells = nb.cells[:after_last_graded(nb.cells)]
     return nb
 
 

@@ -25,6 +25,13 @@ def is_graded_cell(cell: NotebookNode) -> bool:
     return bool(_nbgrader_meta(cell).get("grade", False))
 
 
+def after_last_graded(cells: list[NotebookNode]) -> int:
+    """One past the last graded cell (all of them when none is): what the grader runs of a
+    notebook with ResilientExecute.skip_after_last_test."""
+    graded = [i for i, cell in enumerate(cells) if is_graded_cell(cell)]
+    return graded[-1] + 1 if graded else len(cells)
+
+
 def grade_id(cell: NotebookNode) -> str | None:
     """The cell's nbgrader grade_id, or None for a cell nbgrader does not track."""
     return _nbgrader_meta(cell).get("grade_id")

@@ -42,7 +42,13 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
-from parlab.grading.cells import META, error_output, has_error, is_graded_cell, restored
+from parlab.grading.cells import (
+    META,
+    after_last_graded,
+    error_output,
+    has_error,
+    restored,
+)
 from parlab.grading.names import note_undefined_name
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
@@ -182,8 +188,7 @@ class ResilientExecute(Execute):
         (no later cell can change a score), else the notebook's end."""
         if not self.skip_after_last_test:
             return len(self.nb.cells)
-        graded = [i for i, c in enumerate(self.nb.cells) if is_graded_cell(c)]
-        return graded[-1] + 1 if graded else len(self.nb.cells)
+        return after_last_graded(self.nb.cells)
 
     def _run_one(self, index: int, resources) -> bool:
         """Run cell `index`; True if it ran clean. Raises _Restart when the kernel is lost."""
