@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from mistake_tables import collectives, composition, cp, moe, pp, sp, tp, whole
 
-from parlab.check import CHECK_TIMEOUT_S, CheckFailed, reset_outcomes
+from parlab.check import CheckFailed, reset_outcomes
 from parlab.check import capstone as capcheck
 from parlab.check import composition as compcheck
 from parlab.check import cp as cpcheck
 from parlab.check import pp as ppcheck
+from parlab.check._harness import CHECK_TIMEOUT_S
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from parlab.check._compare import fail
-from parlab.check._harness import call_learner, not_reexport
+from parlab.check._harness import call_learner, not_reexport, refuse_in_rank
 from parlab.errors import reference_message
 
 __all__ = ["DP_WHAT", "PLAN_WHAT", "COSTS_WHAT", "ALL_REDUCE", "KIND", "dp_references",
-           "plan_references", "cost_references", "not_the_course", "call", "env", "cpu",
-           "close", "kinds", "what"]
+           "plan_references", "cost_references", "not_the_course", "not_fsdp",
+           "refuse_fsdp_in_rank", "call", "env", "cpu", "close", "kinds", "what"]
 
 DP_WHAT = "parlab.dp.fsdp (the course's FSDP shards, collectives and layer)"
 PLAN_WHAT = ("parlab.dp.fsdp's planner (plan_reshard, reshard_bytes) or "
@@ -56,11 +56,24 @@ def cost_references() -> list[Any]:
 
 
 def not_the_course(fn: Any, name: str, references: Sequence[Any], what: str) -> None:
-    """Reject the course's own function handed back as the answer, with the refusal's message
-    (a wrapper around it is refused with the same words when it runs)."""
-    if getattr(fn, "__wrapped__", fn) in references or fn in references:
+    """Reject the course's own function or class handed back as the answer, or a subclass of
+    one, with the refusal's message (a wrapper around it is refused with the same words when it
+    runs)."""
+    bases = getattr(fn, "__mro__", ())[1:]
+    if (getattr(fn, "__wrapped__", fn) in references or fn in references
+            or any(base in references for base in bases)):
         fail(reference_message(what))
     not_reexport(fn, name=name)
+
+
+def not_fsdp(fn: Any, name: str) -> None:
+    """`not_the_course` for parlab.dp.fsdp's shards, collectives and layer."""
+    not_the_course(fn, name, dp_references(), DP_WHAT)
+
+
+def refuse_fsdp_in_rank() -> None:
+    """In a rank: parlab.dp.fsdp refused, with DP_WHAT's words, while the learner's code runs."""
+    refuse_in_rank(dp_references(), DP_WHAT)
 
 
 def call(stage: str, fn: Callable[..., Any], *args: Any, refs: Sequence[Any], what: str,

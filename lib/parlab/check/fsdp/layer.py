@@ -29,17 +29,15 @@ import parlab.check._harness as harness
 from parlab.check._compare import assert_owns_only, fail, randomize_parameters
 from parlab.check.fsdp.common import (
     ALL_REDUCE,
-    DP_WHAT,
     close,
     cpu,
-    dp_references,
     env,
     kinds,
-    not_the_course,
+    not_fsdp,
+    refuse_fsdp_in_rank,
     what,
 )
 from parlab.check.fsdp.shards import OFFSET, VIEW, shard_story
-from parlab.errors import reference_message
 
 __all__ = ["check_fsdp_layer"]
 
@@ -92,7 +90,7 @@ def _flat_of(tensors: list[Any]) -> torch.Tensor | None:
 
 def _worker(cls: Callable[..., Any], in_f: int, out_f: int) -> dict:
     rank, d, dev = env()
-    harness.refuse_in_rank(dp_references(), DP_WHAT)
+    refuse_fsdp_in_rank()
     linear, xs, ups = _problem(d, in_f, out_f)
     layer = harness.call_learner("FSDPLinear(linear)", cls, copy.deepcopy(linear).to(dev),
                                  shape_hint=SHAPES)
@@ -115,13 +113,6 @@ def _worker(cls: Callable[..., Any], in_f: int, out_f: int) -> dict:
         torch.optim.SGD(params, lr=LR).step()
         out["after"] = _flat_of(params)
     return out
-
-
-def _not_the_layer(cls: Any) -> None:
-    refs = dp_references()
-    not_the_course(cls, "FSDPLinear", refs, DP_WHAT)
-    if any(base in refs for base in getattr(cls, "__mro__", ())[1:]):
-        fail(reference_message(DP_WHAT))
 
 
 def _check_shard(numel: int, shard: torch.Tensor | None, flat: torch.Tensor, rank: int,
@@ -215,7 +206,7 @@ def check_fsdp_layer(cls: Callable[..., Any], *, world_size: int = 2, in_feature
     d, p = world_size, out_features * (in_features + 1)
     if p % d:
         raise ValueError(f"P = {p} must be a multiple of world_size = {d}")
-    _not_the_layer(cls)
+    not_fsdp(cls, "FSDPLinear")
     results = harness.run_checked(
         _worker, d, cls, in_features, out_features, what="the FSDP layer", timeout=timeout,
         hang_hint="every rank must make the same collective calls in the same order: one "

@@ -31,7 +31,8 @@ from parlab.check.fsdp.common import (
     dp_references,
     env,
     kinds,
-    not_the_course,
+    not_fsdp,
+    refuse_fsdp_in_rank,
     what,
 )
 
@@ -89,7 +90,7 @@ def _worker(all_gather_flat: Callable[..., Any], reduce_scatter_flat: Callable[.
     from parlab import comm
 
     rank, d, dev = env()
-    harness.refuse_in_rank(dp_references(), DP_WHAT)
+    refuse_fsdp_in_rank()
     n = numel // d
     shard = _flat(numel, seed)[rank * n:(rank + 1) * n].clone().to(dev)
     grad, before = _grad(numel, seed, rank).to(dev), shard.clone()
@@ -171,10 +172,9 @@ def check_flat_shards(take_shard: Callable[..., Any], all_gather_flat: Callable[
     d = world_size
     if numel % d:
         raise ValueError(f"numel must be a multiple of world_size; got {numel}, {d}")
-    refs = dp_references()
     for fn, name in ((take_shard, "take_shard"), (all_gather_flat, "all_gather_flat"),
                      (reduce_scatter_flat, "reduce_scatter_flat")):
-        not_the_course(fn, name, refs, DP_WHAT)
+        not_fsdp(fn, name)
     _check_take_shard(take_shard, numel, d, seed)
     results = harness.run_checked(
         _worker, d, all_gather_flat, reduce_scatter_flat, numel, seed,

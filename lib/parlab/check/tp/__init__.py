@@ -15,7 +15,8 @@ parameter randomised (parlab.model.MLP, Attention and Block): outputs, the input
 the gradient of every parameter shard; shards must own their memory and inputs must be left
 unchanged. The tracer (`parlab.comm.trace`) counts the collectives of the forward and of the
 backward pass separately. A later check that fails while an exercise it builds on failed says
-so first (`parlab.check.exercise`). Shared sizes and sentences: `common`; comparisons made in
+so first (`parlab.check.exercise`; the keys and prerequisites: `keys`). Shared sizes and the
+helpers run in the ranks: `common`; the likely-mistake sentences: `hints`; comparisons made in
 the parent: `compare`; the byte formula: `formula`.
 
 Inputs and tolerances:

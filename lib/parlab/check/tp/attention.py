@@ -16,26 +16,8 @@ import torch
 
 from parlab.check._compare import fail
 from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
-from parlab.check.tp.common import (
-    BIAS_ONCE,
-    EXACT,
-    EXTRA_F,
-    F32_TOL,
-    F_BACKWARD,
-    G_BACKWARD,
-    GRAD_HINT,
-    HANG,
-    HEADS,
-    KEY_ATTENTION,
-    LINEARS,
-    SEED,
-    H,
-    cpu,
-    env,
-    guard,
-    run_module,
-    setup,
-)
+from parlab.check.tp import hints
+from parlab.check.tp.common import EXACT, F32_TOL, HEADS, SEED, H, cpu, prepare, run_module
 from parlab.check.tp.compare import (
     bias_counted,
     close,
@@ -45,6 +27,7 @@ from parlab.check.tp.compare import (
     part,
     reject_reference,
 )
+from parlab.check.tp.keys import KEY_ATTENTION, LINEARS
 from parlab.model.transformer import Attention
 
 __all__ = ["check_tp_attention"]
@@ -89,9 +72,7 @@ def _other_head_counts(attn: Attention, x: torch.Tensor, t: int) -> dict[int, to
 
 
 def _attention_worker(cls: type, seed: int) -> dict:
-    rank, t, dev = env()
-    guard()
-    attn, x, up, ref = setup(lambda: Attention(H, HEADS), seed, dev)
+    rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(H, HEADS), seed)
     ref["heads"] = _other_head_counts(attn, x, t)
     out = run_module(cls, copy.deepcopy(attn), x, up, rank, PARAMS)
     _divisibility(cls, t, dev, rank)
@@ -122,7 +103,7 @@ def _check_output(results: list[dict], t: int) -> None:
                  hint=QKV_LAYOUT)
         if bias_counted(r["y"], r["ref"]["y"], r["ref"]["proj.bias"], t):
             fail(f"the output is off by (t - 1) x proj.bias = {t - 1} x proj.bias", rank=rank,
-                 hint=BIAS_ONCE)
+                 hint=hints.BIAS_ONCE)
     def shard(r: dict, key: str) -> torch.Tensor:
         return _shard(r, key, t)
 
@@ -150,21 +131,21 @@ def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
     reject_reference(cls, "TPAttention")
     t = world_size
     results = run_checked(_attention_worker, t, cls, seed, what="TPAttention",
-                          timeout=timeout, hang_hint=HANG)
+                          timeout=timeout, hang_hint=hints.HANG)
     _check_output(results, t)
     expect_events(results, "forward", "TPAttention", ["all_reduce"], lambda ev: (
         "attention needs one all-reduce in forward, g, in the row-parallel output projection"))
     compare(results, t, [(f"grad of {p}", got(p + ".grad"),
                           part(lambda r, key: _shard(r, key, t), p + ".grad")) for p in PARAMS],
-            F32_TOL, hint=GRAD_HINT)
+            F32_TOL, hint=hints.GRAD_HINT)
     compare(results, t, [("grad of x (the attention's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
-            hint=GRAD_HINT)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=hints.EXTRA_F,
+            hint=hints.GRAD_HINT)
     expect_events(results, "backward", "TPAttention", ["all_reduce"], lambda ev: (
-        F_BACKWARD if not ev else
+        hints.F_BACKWARD if not ev else
         f"{len(ev)} all-reduces in backward: apply f once, to x, before one fused qkv "
         "column-parallel projection (three separate f's all-reduce three times)"
-        if len(ev) == 3 else G_BACKWARD))
+        if len(ev) == 3 else hints.G_BACKWARD))
     if not quiet:
         print(f"TPAttention OK on {t} ranks ({HEADS // t} of {HEADS} heads per rank): output "
               "and the gradients of x, qkv and proj match single-device attention (float32, "

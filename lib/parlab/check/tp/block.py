@@ -21,26 +21,11 @@ import torch
 from parlab import costs
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
-from parlab.check.tp.common import (
-    EXTRA_F,
-    F32_TOL,
-    GRAD_HINT,
-    HANG,
-    HEADS,
-    KEY_BLOCK,
-    LAYERS,
-    SEED,
-    B,
-    Events,
-    H,
-    S,
-    env,
-    guard,
-    run_module,
-    setup,
-)
+from parlab.check.tp import hints
+from parlab.check.tp.common import F32_TOL, HEADS, SEED, B, Events, H, S, prepare, run_module
 from parlab.check.tp.compare import close, compare, expect_events, got, ref, reject_reference
 from parlab.check.tp.formula import Form, check_formula, cost_functions, refusing
+from parlab.check.tp.keys import KEY_BLOCK, LAYERS
 
 __all__ = ["check_tp_block"]
 LNS = ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias")
@@ -69,9 +54,7 @@ FORMS: list[Form] = [
 def _block_worker(cls: type, seed: int) -> dict:
     from parlab.model.transformer import Block
 
-    rank, t, dev = env()
-    guard()
-    block, x, up, ref = setup(lambda: Block(H, HEADS), seed, dev)
+    rank, _, _, block, x, up, ref = prepare(lambda: Block(H, HEADS), seed)
     return {"ref": ref, **run_module(cls, copy.deepcopy(block), x, up, rank, LNS)}
 
 
@@ -99,7 +82,7 @@ def check_tp_block(cls: type, layer_bytes: Callable[..., float], *, world_size: 
                                "2(t-1)/t per ring")
     t = world_size
     results = run_checked(_block_worker, t, cls, seed, what="TPBlock", timeout=timeout,
-                          hang_hint=HANG)
+                          hang_hint=hints.HANG)
     _check_layernorms(results)
     compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"])], F32_TOL,
             hint="make the checks of TPMLP and TPAttention pass first; the layer adds only "
@@ -112,10 +95,10 @@ def check_tp_block(cls: type, layer_bytes: Callable[..., float], *, world_size: 
                     "ColumnParallelLinear applies (in TPBlock.forward, TPAttention or TPMLP)")
         expect_events(results, when, "TPBlock", ["all_reduce", "all_reduce"], _says(why))
     compare(results, t, [(f"grad of {p}", got(f"{p}.grad"), ref(f"{p}.grad")) for p in LNS],
-            F32_TOL, hint=GRAD_HINT)
+            F32_TOL, hint=hints.GRAD_HINT)
     compare(results, t, [("grad of x (the layer's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
-            hint=GRAD_HINT)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=hints.EXTRA_F,
+            hint=hints.GRAD_HINT)
     want = costs.tp_bytes_per_layer(B, S, H, t, dtype_bytes=4)
     for rank, r in enumerate(results):
         sent = sum(e[2] for e in r["forward"] + r["backward"])

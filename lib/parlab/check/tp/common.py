@@ -1,11 +1,12 @@
-r"""What every module-02 check shares: sizes, tolerances, the likely-mistake sentences, and the
-helpers that run inside the ranks.
+r"""What every module-02 check shares: sizes, tolerances and the helpers that run inside the
+ranks (the likely-mistake sentences are in `parlab.check.tp.hints`).
 
 In the ranks: `env` (rank, t, device: a GPU per rank under NCCL), `guard` (parlab's own TP
-classes raise CheckFailed), `traced` (learner code through `call_learner`, its collectives
-counted by parlab.comm), `backward` (loss = sum(y * upstream), traced), `owns_only` (no
-parameter is a view of the full weight), `unchanged` (an input left as it was), `cpu`,
-`param`, `grads`. The comparisons made in the parent are in `parlab.check.tp.compare`.
+classes raise CheckFailed), `prepare` (both, then `setup`'s reference), `traced` (learner code
+through `call_learner`, its collectives counted by parlab.comm), `backward` (loss = sum(y *
+upstream), traced), `owns_only` (no parameter is a view of the full weight), `unchanged` (an
+input left as it was), `cpu`, `param`, `grads`. The comparisons made in the parent are in
+`parlab.check.tp.compare`.
 
 Sizes: every float32 check uses B = 2 sequences of S = 5 tokens, hidden C = 48 and 12 heads,
 so t = 2, 3 and 4 all divide the heads and the features (C/t = 24, 16, 12), and an answer that
@@ -21,6 +22,7 @@ import torch
 
 from parlab.check._compare import assert_owns_only, assert_unchanged, fail, randomize_parameters
 from parlab.check._harness import call_learner, refuse_in_rank
+from parlab.check.tp.hints import IN_PLACE, LINEAR_LAYOUT, OWN_COPY, REPLICATED
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 # float32: the randomised layers' values are of order 10, and summing up to 192 products in
@@ -31,42 +33,6 @@ EXACT = {"rtol": 0.0, "atol": 0.0}
 B, S, H, HEADS = 2, 5, 48, 12  # batch, sequence, hidden, attention heads of the float32 checks
 SEED = 1234
 
-# the exercises' keys for `parlab.check.exercise`, and what a later check builds on
-KEY_F_G, KEY_LINEARS, KEY_MLP = "02.f_g", "02.linears", "02.tp_mlp"
-KEY_ROW_FIRST, KEY_ATTENTION, KEY_BLOCK = "02.row_first", "02.tp_attention", "02.tp_block"
-F_G = {KEY_F_G: "f and g (exercise 1)"}
-LINEARS = {**F_G, KEY_LINEARS: "ColumnParallelLinear and RowParallelLinear (exercise 2)"}
-LAYERS = {**LINEARS, KEY_MLP: "TPMLP (exercise 3)", KEY_ATTENTION: "TPAttention (exercise 5)"}
-
-F_BACKWARD = ("f's backward must all-reduce: each rank's column shard adds only its own part "
-              "of dL/dx, and the true gradient is the sum over ranks")
-G_BACKWARD = ("g's backward must be the identity: g's output is the same on every rank, so "
-              "every rank already holds the whole gradient; an all-reduce there sums t copies")
-EXTRA_F = ("the weight gradients are right but the input's is t times too large: it was "
-           "all-reduced twice, so f is applied twice. ColumnParallelLinear already applies f to "
-           "its input; do not call f again before it")
-EXTRA_G = ("the output was all-reduced twice: RowParallelLinear already applies g to the "
-           "partial products, and a second g sums t copies of the finished output. Return "
-           "self.fc2(...) as it is")
-BIAS_ONCE = ("the bias is added on every rank before the all-reduce, so it is counted t times: "
-             "add it once, after the all-reduce")
-ROW_FIRST = ("row-parallel first needs an all-reduce before the GeLU (GeLU of partial sums is "
-             "not GeLU of the sum) and another collective after fc2: make fc1 column-parallel "
-             "and fc2 row-parallel, which needs one all-reduce in forward and one in backward")
-LINEAR_LAYOUT = ("nn.Linear.weight has shape (out_features, in_features): the column-parallel "
-                 "layer keeps a block of ROWS of linear.weight (dim 0, its output features) and "
-                 "the row-parallel layer a block of its COLUMNS (dim 1, its input features)")
-OWN_COPY = ("a shard must own its memory: nn.Parameter(linear.weight.detach()[rows].clone()); "
-            "without .clone() the slice is a view that keeps the whole weight alive on every "
-            "rank, which is the memory tensor parallelism is meant to save")
-IN_PLACE = ("work on a copy (x.clone()) or out-of-place operations (x = x + y, not x += y): "
-            "the caller's tensor must not change")
-HANG = ("a collective that only some ranks call (inside `if rank == ...`), or ranks calling "
-        "different collectives: every rank must make the same calls in the same order")
-REPLICATED = "return the whole output, replicated on every rank"
-GRAD_HINT = ("the forward is right but this gradient is not, so look at the backward of f and g "
-             "(check_f_g tests them alone): f's backward all-reduces, g's passes the gradient "
-             "through")
 
 Events = list[tuple[str, tuple[int, ...], float]]  # (kind, shape, wire bytes) per collective
 M = TypeVar("M", bound=torch.nn.Module)
@@ -182,6 +148,15 @@ def setup(make: Callable[[], M], seed: int,
     ref.update({f"{n}.grad": cpu(p.grad) for n, p in module.named_parameters()})
     module.zero_grad(set_to_none=True)
     return module, x, up, ref
+
+
+def prepare(make: Callable[[], M],
+            seed: int) -> tuple[int, int, torch.device, M, torch.Tensor, torch.Tensor, dict]:
+    """In a rank: (rank, t, device) and `setup`'s reference, then parlab's TP classes refused
+    from here on (`guard`)."""
+    rank, t, dev = env()
+    guard()
+    return (rank, t, dev, *setup(make, seed, dev))
 
 
 def run_module(cls: type, module: torch.nn.Module, x: torch.Tensor, up: torch.Tensor,

@@ -17,7 +17,8 @@ import torch
 
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import not_reference
-from parlab.check.tp.common import F_BACKWARD, G_BACKWARD, LINEAR_LAYOUT, Events
+from parlab.check.tp import hints
+from parlab.check.tp.common import Events
 
 Getter = Callable[[dict], Any]
 Check = tuple[str, Getter, Getter]  # (name, got(result), expected(result))
@@ -87,14 +88,14 @@ def _grad_hint(name: str, rank: int, results: list, key: Callable[[dict], Any],
         parts = [key(r) for r in results]
         if all(isinstance(p, torch.Tensor) and p.shape == want.shape for p in parts) and \
                 close(sum(parts), want):
-            return f"the ranks' {name} add up to the reference: {F_BACKWARD}"
+            return f"the ranks' {name} add up to the reference: {hints.F_BACKWARD}"
     if c is not None:
         return f"{name} is {c:.4g} times the reference"
     return None
 
 
 def compare(results: list, t: int, checks: list[Check], tol: dict, hint: str | None = None,
-            t_times: str = G_BACKWARD) -> None:
+            t_times: str = hints.G_BACKWARD) -> None:
     """checks: (name, got(result), expected(result)) compared on every rank, in order. A
     gradient t times the reference gets `t_times` as its likely mistake."""
     for name, got, want in checks:
@@ -130,4 +131,4 @@ def shard_story(kind: str, got: torch.Tensor, full: torch.Tensor, rank: int, t: 
         if q != rank and got.shape == full.chunk(t, dim)[q].shape and \
                 torch.equal(got, full.chunk(t, dim)[q]):
             return f"it holds rank {q}'s shard: rank r keeps block r of {t}"
-    return f"rank r keeps block r of {t} along dim {dim} of linear.weight; " + LINEAR_LAYOUT
+    return f"rank r keeps block r of {t} along dim {dim} of linear.weight; " + hints.LINEAR_LAYOUT

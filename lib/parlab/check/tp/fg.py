@@ -16,19 +16,10 @@ import torch
 
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
-from parlab.check.tp.common import (
-    F_BACKWARD,
-    G_BACKWARD,
-    HANG,
-    KEY_F_G,
-    backward,
-    cpu,
-    env,
-    guard,
-    traced,
-    unchanged,
-)
+from parlab.check.tp import hints
+from parlab.check.tp.common import backward, cpu, env, guard, traced, unchanged
 from parlab.check.tp.compare import kinds, reject_reference
+from parlab.check.tp.keys import KEY_F_G
 
 __all__ = ["check_f_g"]
 
@@ -54,14 +45,15 @@ def _fg_story(name: str, part: str, got: Any, r: int, t: int) -> str:
     stories = {
         ("f", "forward"): {s0: "f's forward all-reduced: f is the identity in forward",
                            t * r: "f's forward multiplied by t"},
-        ("f", "backward"): {r + 1: "f's backward returned the gradient unchanged: " + F_BACKWARD,
-                            t * s1: "the gradient was all-reduced twice: " + F_BACKWARD
+        ("f", "backward"): {r + 1: "f's backward returned the gradient unchanged: "
+                                   + hints.F_BACKWARD,
+                            t * s1: "the gradient was all-reduced twice: " + hints.F_BACKWARD
                             + ", once"},
         ("g", "forward"): {r: "g's forward returned its input: g's forward must all-reduce "
                               "(sum the ranks' partial results)",
                            t * s0: "g's forward all-reduced twice: once is the sum"},
-        ("g", "backward"): {s1: "g's backward all-reduced: " + G_BACKWARD,
-                            0.0: "g's backward returned zeros: " + G_BACKWARD},
+        ("g", "backward"): {s1: "g's backward all-reduced: " + hints.G_BACKWARD,
+                            0.0: "g's backward returned zeros: " + hints.G_BACKWARD},
     }[(name, part)]
     return next((h for val, h in stories.items() if v is not None and v == val and
                  bool((got == v).all())), f"see the table of f and g above ({name} {part})")
@@ -104,7 +96,8 @@ def check_f_g(f: Callable, g: Callable, *, world_size: int = 2,
     reject_reference(f, "f")
     reject_reference(g, "g")
     t = world_size
-    results = run_checked(_fg_worker, t, f, g, what="f and g", timeout=timeout, hang_hint=HANG)
+    results = run_checked(_fg_worker, t, f, g, what="f and g", timeout=timeout,
+                          hang_hint=hints.HANG)
     for rank, res in enumerate(results):
         _check_values(res, rank, t)
         _check_events(res, rank)

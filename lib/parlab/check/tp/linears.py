@@ -20,16 +20,9 @@ import torch
 
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
+from parlab.check.tp import hints
 from parlab.check.tp.common import (
-    BIAS_ONCE,
     F64_TOL,
-    F_BACKWARD,
-    F_G,
-    G_BACKWARD,
-    GRAD_HINT,
-    HANG,
-    KEY_LINEARS,
-    LINEAR_LAYOUT,
     SEED,
     B,
     backward,
@@ -52,6 +45,7 @@ from parlab.check.tp.compare import (
     reject_reference,
     shard_story,
 )
+from parlab.check.tp.keys import F_G, KEY_LINEARS
 
 __all__ = ["check_parallel_linears"]
 SIZES = {"column": (10, 24), "row": (24, 10)}  # (in_features, out_features) of the full layer
@@ -78,12 +72,12 @@ def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.de
     ref = {"y": cpu(full(x)), "x.grad": cpu(xr.grad), **grads(full, ("weight", "bias"), rank)}
     full.zero_grad()
     layer = call_learner(f"{cls.__name__}(linear)", cls, copy.deepcopy(full),
-                         shape_hint=LINEAR_LAYOUT)
+                         shape_hint=hints.LINEAR_LAYOUT)
     want = (n // t, k) if kind == "column" else (n, k // t)
     w = param(layer, "weight", rank)
     if tuple(w.shape) != want:
         fail(f"{cls.__name__}.weight has shape {tuple(w.shape)} for a Linear({k}, {n}) on "
-             f"{t} ranks; expected {want}", rank=rank, hint=LINEAR_LAYOUT)
+             f"{t} ranks; expected {want}", rank=rank, hint=hints.LINEAR_LAYOUT)
     owns_only(layer, rank)
     cols = slice(rank * k // t, (rank + 1) * k // t)
     rows = slice(rank * n // t, (rank + 1) * n // t)
@@ -129,7 +123,7 @@ def _check_layer(rs: list[dict], kind: str, t: int) -> None:
         for rank, r in enumerate(rs):
             if bias_counted(r["y"], r["ref"]["y"], r["ref"]["bias"], t):
                 fail(f"{name} output is off by (t - 1) x bias = {t - 1} x bias", rank=rank,
-                     hint=BIAS_ONCE)
+                     hint=hints.BIAS_ONCE)
     out_name = "output (this rank's slice of the features)" if kind == "column" else "output"
     x_name = ("grad of x (the replicated input)" if kind == "column"
               else "grad of x (this rank's slice of the input)")
@@ -141,19 +135,19 @@ def _check_layer(rs: list[dict], kind: str, t: int) -> None:
     compare(rs, t, [(f"grad of {name}.{p}", got(f"{p}.grad"),
                      part(lambda r, key: _slice(r, key, kind), f"{p}.grad"))
                     for p in ("weight", "bias")],
-            F64_TOL, hint=GRAD_HINT)  # the weights' gradients first: they tell f from g
+            F64_TOL, hint=hints.GRAD_HINT)  # the weights' gradients first: they tell f from g
     compare(rs, t, [(x_name, lambda r: r["x.grad"], lambda r: r["ref"]["x.grad"]
                      if kind == "column" else r["ref"]["x.grad"][..., r["cols"]])], F64_TOL,
-            hint=GRAD_HINT)
+            hint=hints.GRAD_HINT)
     if kind == "column":
         expect_events(rs, "forward", name, [], lambda ev: (
             "the column layer needs no communication in forward: every rank has the whole "
             "x and computes its own output features"))
-        expect_events(rs, "backward", name, ["all_reduce"], lambda ev: F_BACKWARD)
+        expect_events(rs, "backward", name, ["all_reduce"], lambda ev: hints.F_BACKWARD)
     else:
         expect_events(rs, "forward", name, ["all_reduce"], lambda ev: (
             "the row layer sums the partial products with one all-reduce (g)"))
-        expect_events(rs, "backward", name, [], lambda ev: G_BACKWARD)
+        expect_events(rs, "backward", name, [], lambda ev: hints.G_BACKWARD)
 
 
 @exercise(KEY_LINEARS, needs=F_G)
@@ -165,7 +159,7 @@ def check_parallel_linears(column_cls: type, row_cls: type, *, world_size: int =
     reject_reference(row_cls, "RowParallelLinear")
     t = world_size
     results: list[dict[str, Any]] = run_checked(
-        _linears_worker, t, column_cls, row_cls, seed, timeout=timeout, hang_hint=HANG,
+        _linears_worker, t, column_cls, row_cls, seed, timeout=timeout, hang_hint=hints.HANG,
         what="ColumnParallelLinear and RowParallelLinear")
     for kind in ("column", "row"):
         _check_layer([r[kind] for r in results], kind, t)

@@ -18,21 +18,10 @@ import torch
 
 from parlab.check._compare import fail
 from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
+from parlab.check.tp import hints
 from parlab.check.tp.common import (
-    BIAS_ONCE,
     EXACT,
-    EXTRA_F,
-    EXTRA_G,
     F32_TOL,
-    F_BACKWARD,
-    G_BACKWARD,
-    GRAD_HINT,
-    HANG,
-    KEY_MLP,
-    KEY_ROW_FIRST,
-    LINEAR_LAYOUT,
-    LINEARS,
-    ROW_FIRST,
     SEED,
     B,
     H,
@@ -41,6 +30,7 @@ from parlab.check.tp.common import (
     cpu,
     env,
     guard,
+    prepare,
     run_module,
     setup,
     traced,
@@ -56,6 +46,7 @@ from parlab.check.tp.compare import (
     reject_reference,
     times,
 )
+from parlab.check.tp.keys import KEY_MLP, KEY_ROW_FIRST, LINEARS
 
 __all__ = ["check_tp_mlp", "check_row_first"]
 PARAMS = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
@@ -77,15 +68,13 @@ def _shape_hint(model: Any, t: int) -> str:
               for n in ("fc1", "fc2")]
     if t > 1 and shapes == [(4 * H, H // t), (H // t, 4 * H)]:
         return _swapped(t)
-    return LINEAR_LAYOUT
+    return hints.LINEAR_LAYOUT
 
 
 def _mlp_worker(cls: type, seed: int) -> dict:
     from parlab.model.transformer import MLP
 
-    rank, t, dev = env()
-    guard()
-    mlp, x, up, ref = setup(lambda: MLP(H), seed, dev)
+    rank, t, _, mlp, x, up, ref = prepare(lambda: MLP(H), seed)
     with torch.no_grad():
         ref["y_no_gelu"] = cpu(mlp.fc2(mlp.fc1(x)))
     out = run_module(cls, copy.deepcopy(mlp), x, up, rank, PARAMS,
@@ -117,13 +106,13 @@ def _check_output(results: list[dict], t: int) -> None:
         if swapped and not close(y, ref["y"], **F32_TOL):
             fail(f"the output differs from the MLP's, and fc1.weight has shape "
                  f"{tuple(r['fc1.weight'].shape)}: a row-parallel shard (expected "
-                 f"{(4 * H // t, H)})", rank=rank, hint=ROW_FIRST)
+                 f"{(4 * H // t, H)})", rank=rank, hint=hints.ROW_FIRST)
         if bias_counted(y, ref["y"], ref["fc2.bias"], t):
             fail(f"the output is off by (t - 1) x fc2.bias = {t - 1} x fc2.bias", rank=rank,
-                 hint=BIAS_ONCE)
+                 hint=hints.BIAS_ONCE)
         c = times(y, ref["y"])
         if t > 1 and c is not None and abs(c - t) < 1e-3:
-            fail(f"the output is exactly t = {t} times the MLP's", rank=rank, hint=EXTRA_G)
+            fail(f"the output is exactly t = {t} times the MLP's", rank=rank, hint=hints.EXTRA_G)
         if close(y, ref["y_no_gelu"], **F32_TOL) and not close(y, ref["y"], **F32_TOL):
             fail("the output equals fc2(fc1(x)), the MLP without its GeLU", rank=rank,
                  hint=NO_GELU)
@@ -140,12 +129,12 @@ def check_tp_mlp(cls: type, *, world_size: int = 2, seed: int = SEED,
     reject_reference(cls, "TPMLP")
     t = world_size
     results = run_checked(_mlp_worker, t, cls, seed, what="TPMLP", timeout=timeout,
-                          hang_hint=HANG)
+                          hang_hint=hints.HANG)
     _check_output(results, t)
 
     def forward_hint(ev: list[tuple]) -> str:
         if len(ev) > 1:
-            return f"{len(ev)} collectives counted in the forward: {ROW_FIRST}"
+            return f"{len(ev)} collectives counted in the forward: {hints.ROW_FIRST}"
         return "the forward needs exactly one all-reduce, g, after fc2 (of the (B, T, C) output)"
 
     expect_events(results, "forward", "TPMLP", ["all_reduce"], forward_hint)
@@ -153,14 +142,14 @@ def check_tp_mlp(cls: type, *, world_size: int = 2, seed: int = SEED,
         return _shard(r, key, t)
 
     compare(results, t, [(p, got(p), part(shard, p)) for p in PARAMS], EXACT,
-            hint=LINEAR_LAYOUT)
+            hint=hints.LINEAR_LAYOUT)
     compare(results, t, [(f"grad of {p}", got(p + ".grad"), part(shard, p + ".grad"))
-                         for p in PARAMS], F32_TOL, hint=GRAD_HINT)
+                         for p in PARAMS], F32_TOL, hint=hints.GRAD_HINT)
     compare(results, t, [("grad of x (the MLP's input)", lambda r: r["x.grad"],
-                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=EXTRA_F,
-            hint=GRAD_HINT)
+                          lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=hints.EXTRA_F,
+            hint=hints.GRAD_HINT)
     expect_events(results, "backward", "TPMLP", ["all_reduce"], lambda ev: (
-        F_BACKWARD if not ev else f"{len(ev)} collectives in backward: " + G_BACKWARD))
+        hints.F_BACKWARD if not ev else f"{len(ev)} collectives in backward: " + hints.G_BACKWARD))
     if not quiet:
         print(f"TPMLP OK on {t} ranks: output and the gradients of x, fc1.weight, fc1.bias, "
               f"fc2.weight, fc2.bias match the single-device MLP (float32, "
@@ -193,7 +182,7 @@ def check_row_first(cls: type, *, world_size: int = 2, seed: int = SEED,
     reject_reference(cls, "RowFirstMLP")
     t = world_size
     results = run_checked(_row_first_worker, t, cls, seed, what="RowFirstMLP",
-                          timeout=timeout, hang_hint=HANG)
+                          timeout=timeout, hang_hint=hints.HANG)
     compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"]),
                          ("grad of x (the MLP's input)", lambda r: r["x.grad"],
                           lambda r: r["ref"]["x.grad"])], F32_TOL,

@@ -1,7 +1,7 @@
 r"""What every module-08 check shares: the exercises' keys, the sentences of the hints, the
 course's references each exercise must not call, and the tracer of communication calls.
 
-References refused while the learner's code runs (`parlab.check.refuse_in_rank` in the
+References refused while the learner's code runs (`parlab.check._harness.refuse_in_rank` in the
 ranks, `call_learner(refuse=...)` in the kernel):
 
 - exercise 1 (`OverlappedDDP`): `parlab.dp.ddp` (BucketedDDP, make_buckets), PyTorch's
