@@ -96,10 +96,11 @@ def _part(item: pytest.Item) -> int:
     return 0 if item.path.stem in ALONGSIDE else 2
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected what does not run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     """Order the session in `_part`s (the order within each is kept) and start the course run
-    in the background (tests/background.py) when a test reads it."""
+    in the background (tests/background.py) when a test that runs reads it."""
     items.sort(key=_part)
     if any(_needs(item, "course_run") for item in items) and not config.option.collectonly:
         from background import Background
