@@ -1,6 +1,6 @@
 """Shared fixtures: the repo root, a check that no rank process outlives a test, and the two
-autograde runs several test files read, each built in the background (tests/background.py):
-the course run from the start of the session, the fault run once the course run is done."""
+autograde runs several test files read (the course run built in the background from the start
+of the session, tests/background.py)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def rank_processes() -> set[int]:
     """Processes started for ranks: descendants of this test process, except the forkserver
     (which multiprocessing keeps alive on purpose and which is not a rank)."""
     procs = descendants(os.getpid())
-    for background in _BACKGROUND.values():  # a shared run's processes belong to no test
-        procs -= background.tree()
+    if _BACKGROUND:  # the course run's processes belong to no test
+        procs -= _BACKGROUND[0].tree()
     from multiprocessing import forkserver
 
     server = getattr(forkserver._forkserver, "_forkserver_pid", None)
@@ -66,8 +66,7 @@ def no_orphans():
 
 
 # --- autograde runs shared by several test files (tests/grading_runs.py) ---------------------
-_BACKGROUND: dict = {}  # "course", "fault" -> its tests/background.Background, once started
-_PENDING: list = []  # the fault run, to start when the course run is done
+_BACKGROUND: list = []  # the course run's tests/background.Background, once started
 # Test files that use about one core or less (a test process and a pair of ranks, sleeps, a
 # launcher waiting out a hang; measured with /proc/stat over a whole run): they run first,
 # while the course run builds in the background. The others keep both cores busy and run
@@ -88,8 +87,8 @@ def _needs(item: pytest.Item, run: str) -> bool:
 
 
 def _part(item: pytest.Item) -> int:
-    """0: alongside the course run; 1: its readers; 2: the rest, alongside the fault run, which
-    starts when the course run is done; 3: the fault run's readers."""
+    """0: alongside the course run; 1: its readers; 2: the rest; 3: the fault run's readers
+    (its limits are timing-sensitive: it runs on its own, after the course run)."""
     if _needs(item, "fault_run"):
         return 3
     if _needs(item, "course_run"):
@@ -100,62 +99,51 @@ def _part(item: pytest.Item) -> int:
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected what does not run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Order the session in `_part`s (the order within each is kept) and start the shared
-    runs that a test which runs reads, in the background (tests/background.py): the course run
-    now, the fault run when the course run is done (or now, if no test reads the course run)."""
+    """Order the session in `_part`s (the order within each is kept) and start the course run
+    in the background (tests/background.py) when a test that runs reads it."""
     items.sort(key=_part)
-    if config.option.collectonly:
-        return
-    factory = config._tmp_path_factory
-    for kind in ("course", "fault"):
-        if any(_needs(item, f"{kind}_run") for item in items):
-            _PENDING.append(lambda kind=kind: _start(kind, factory))
-    if _PENDING:
-        _PENDING.pop(0)()
+    if any(_needs(item, "course_run") for item in items) and not config.option.collectonly:
+        from background import Background
 
-
-def _start(kind: str, factory: pytest.TempPathFactory) -> None:
-    from background import Background
-
-    _BACKGROUND[kind] = Background(kind, factory.mktemp(f"{kind}_run"))
+        _BACKGROUND.append(Background(config._tmp_path_factory.mktemp("course_run")))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for background in _BACKGROUND.values():
+    for background in _BACKGROUND:
         background.stop()
 
 
-def _shared_run(kind: str, build):  # -> grading_runs.CourseRun
-    """The background run of `kind` (then the next one starts), or `build()` here."""
+@pytest.fixture(scope="session")
+def course_run(tmp_path_factory: pytest.TempPathFactory):
+    """Every module (and the smoke fixture) autograded once for alice (full) and bob (blank):
+    the background run's result, or built here when it was not started."""
     import time
 
+    from grading_runs import course_run as build
+
     start = time.perf_counter()
-    if kind in _BACKGROUND:
-        run, start = _BACKGROUND[kind].result(), _BACKGROUND[kind].started
-        if _PENDING:
-            _PENDING.pop(0)()
+    if _BACKGROUND:
+        run = _BACKGROUND[0].result()
+        start = _BACKGROUND[0].started
     else:
-        run = build()
-    print(f"\n{kind} run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+        run = build(tmp_path_factory.mktemp("course_run"))
+    print(f"\ncourse run: {len(run.run.results)} submissions, {run.run.workers} workers, "
           f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
     return run
 
 
 @pytest.fixture(scope="session")
-def course_run(tmp_path_factory: pytest.TempPathFactory):
-    """Every module (and the smoke fixture) autograded once for alice (full) and bob (blank)."""
-    from grading_runs import course_run as build
-
-    return _shared_run("course", lambda: build(tmp_path_factory.mktemp("course_run")))
-
-
-@pytest.fixture(scope="session")
 def fault_run(tmp_path_factory: pytest.TempPathFactory):
     """The fault corpus (autograder/faults/) autograded in one parallel run."""
+    import time
+
     from grading_runs import fault_run as build
 
-    return _shared_run("fault", lambda: build(tmp_path_factory.mktemp("fault_run"),
-                                              tmp_path_factory.mktemp("inbox")))
+    start = time.perf_counter()
+    run = build(tmp_path_factory.mktemp("fault_run"), tmp_path_factory.mktemp("inbox"))
+    print(f"\nfault run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+          f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
+    return run
 
 
 @pytest.fixture(autouse=True)
