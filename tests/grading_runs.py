@@ -1,5 +1,4 @@
-"""The two autograde runs that several test files share (built once per session, conftest.py;
-the course run in a process of its own from the start of the session, tests/background.py).
+"""The two autograde runs that several test files share (built once per session, conftest.py).
 
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
@@ -104,7 +103,7 @@ def blank_as_graded(root: Path, module: str) -> nbformat.NotebookNode:
     return nb
 
 
-def course_run(root: Path, workers: int = WORKERS) -> CourseRun:
+def course_run(root: Path) -> CourseRun:
     sources = {m: SOLUTIONS_DIR / m for m in list_modules(SOLUTIONS_DIR)}
     sources.update({m: FIXTURES_DIR / m for m in list_modules(FIXTURES_DIR)})
     _released(root, sources)
@@ -114,7 +113,7 @@ def course_run(root: Path, workers: int = WORKERS) -> CourseRun:
     # Every cell runs, those after the last graded one included (the grader skips them: they
     # cannot change a score): test_notebooks.py checks from this run that each of the
     # solutions executes clean; bob's notebooks end at their last graded cell.
-    run = autograde_parallel(root, "*", workers=workers, record=False,
+    run = autograde_parallel(root, "*", workers=WORKERS, record=False,
                              nbgrader_args=("--ResilientExecute.skip_after_last_test=False",))
     return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources})
 
