@@ -21,15 +21,14 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
-
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from typing import TYPE_CHECKING, Any
 
 from parlab import launch
 from parlab.capstone.train import check_plan, train_parallel
 from parlab.model.gpt import GPTConfig
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # pyplot is imported where it draws: ranks never do
 
 __all__ = ["run_capstone", "plot_losses", "read_progress"]
 
@@ -119,6 +118,9 @@ def _progress_bar(path: str, steps: int) -> Iterator[None]:
 
 def plot_losses(single: Sequence[float], parallel: Sequence[float], *, tol: float) -> Figure:
     """The two loss curves, and below them the per-step |difference| against `tol`."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     if len(single) != len(parallel):
         raise ValueError(f"{len(single)} single-device losses but {len(parallel)} parallel "
                          "ones: train both for the same number of steps")

@@ -28,12 +28,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
-from matplotlib.figure import Figure
 from torch import Tensor
 
 from parlab.cp import ring as cp_ring
@@ -41,6 +39,9 @@ from parlab.cp.blocks import block_attention, empty_partial, full_attention
 from parlab.cp.layout import LAYOUTS, position_table
 from parlab.cp.ring import ring_attention_forward
 from parlab.launch import run
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # pyplot is imported where it draws: ranks never do
 
 __all__ = ["measure_overlap", "measure_work", "plot_timelines"]
 
@@ -204,6 +205,8 @@ _COLOURS = {"compute": "tab:blue", "transfer": "tab:orange", "wait": "tab:red"}
 
 def plot_timelines(result: dict) -> Figure:
     """One panel per mode: per rank, compute bars, transfers in flight and time blocked."""
+    import matplotlib.pyplot as plt
+
     modes = list(result["timelines"])
     fig, axes = plt.subplots(len(modes), 1, figsize=(8.5, 1.2 + 1.1 * len(modes) *
                                                       result["world_size"] ** 0.5),

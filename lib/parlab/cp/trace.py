@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
-from matplotlib.figure import Figure
 from torch.profiler import record_function
 
 from parlab.cp.layout import position_table
 from parlab.cp.ring import ring_attention, ring_attention_forward
 from parlab.launch import run
 from parlab.timeline import Range, Timeline, covered, load
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # pyplot is imported where it draws: ranks never do
 
 __all__ = ["MODES", "TRANSFERS", "COMPUTE", "RingTrace", "step_transfers", "trace_ring",
            "plot_ring_trace"]
@@ -129,6 +131,8 @@ def trace_ring(*, world_size: int = 4, seq_len: int = 2048, heads: int = 4,
 
 def plot_ring_trace(ring: RingTrace, modes: tuple[str, ...] = tuple(MODES)) -> Figure:
     """One panel per mode: per rank, blocks computing, messages in flight, time blocked."""
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.0 + 1.3 * len(modes) *
                                                     ring.world_size ** 0.5),
                              sharex=True, layout="constrained", squeeze=False)

@@ -16,16 +16,17 @@ and the nodes of GPU 0's neighbours first, so every axis that leaves the node ha
 from __future__ import annotations
 
 import math
-
-import matplotlib.pyplot as plt
-from matplotlib.artist import Artist
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import FancyBboxPatch, Patch, Rectangle
+from typing import TYPE_CHECKING
 
 from parlab.mesh import Mesh, make_mesh
 from parlab.plan.types import Cluster, Plan
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+# matplotlib is imported by the functions that draw: rank processes import parlab.plan (its
+# costs) and never draw, and importing pyplot would cost each of them about a second of CPU.
 
 AXIS_COLOURS = {"tp": "black", "cp": "tab:purple", "ep": "tab:orange", "pp": "tab:red",
                 "dp": "tab:blue"}
@@ -92,6 +93,9 @@ def _label(coords: dict[str, int], plan: Plan) -> str:
 
 
 def _draw_nodes(ax: Axes, mesh: Mesh, plan: Plan, lay: _Layout) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Rectangle
+
     cmap = plt.get_cmap("tab20")
     for slot, node in enumerate(lay.nodes):
         x0 = slot * lay.width
@@ -109,6 +113,8 @@ def _draw_nodes(ax: Axes, mesh: Mesh, plan: Plan, lay: _Layout) -> None:
 
 def _draw_tp(ax: Axes, mesh: Mesh, lay: _Layout) -> None:
     """A black outline around each TP group's squares (its shown part)."""
+    from matplotlib.patches import Rectangle
+
     for g in mesh.groups("tp"):
         centres = [lay.centre(r) for r in g if lay.shown(r)]
         if len(centres) > 1:
@@ -136,6 +142,11 @@ def _draw_axis(ax: Axes, mesh: Mesh, lay: _Layout, axis: str, level: int) -> Non
 def draw_plan(plan: Plan, cluster: Cluster, ax: Axes | None = None, *,
               max_nodes: int = 4) -> Figure:
     """The plan's rank grid on the cluster's nodes; see the module docstring."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     if ax is None:
         _, ax = plt.subplots(figsize=(12, 4.2), layout="constrained")
     fig = ax.get_figure(root=True)

@@ -16,15 +16,17 @@ then W) in the bottom half.
 
 from __future__ import annotations
 
-from matplotlib import colors as mcolors
-from matplotlib import pyplot as plt
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from typing import TYPE_CHECKING
 
 from parlab.pp.actions import Schedule
 from parlab.pp.measure import BubbleSweep
 from parlab.pp.simulator import SimResult, Span, simulate
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+# matplotlib is imported by the functions that draw: rank processes import parlab.pp and never
+# draw, and importing pyplot would cost each of them about a second of CPU.
 
 __all__ = ["COLOURS", "plot_timeline", "plot_schedule", "plot_side_by_side", "plot_bubbles"]
 
@@ -35,6 +37,8 @@ NAMES = {"F": "F: forward", "B": "B: backward", "W": "W: weight gradient"}
 
 def _shade(colour: str, chunk: int, v: int) -> tuple[float, float, float]:
     """Chunk 0 in the base colour, later chunks darker."""
+    from matplotlib import colors as mcolors
+
     r, g, b = mcolors.to_rgb(colour)
     k = 1.0 - 0.45 * chunk / max(1, v - 1) if v > 1 else 1.0
     return r * k, g * k, b * k
@@ -43,6 +47,10 @@ def _shade(colour: str, chunk: int, v: int) -> tuple[float, float, float]:
 def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | None = None,
                   unit: str = "", scale: float = 1.0, labels: bool = True) -> Figure:
     """Draw one timeline; times are multiplied by `scale` (1e3 with unit="ms")."""
+    from matplotlib import pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(result.spans)),
                                layout="constrained")
@@ -108,6 +116,8 @@ def _is_unit(spans: list[Span]) -> bool:
 def _draw_unit(ax: Axes, r: int, unit: list[Span], result: SimResult, scale: float) -> None:
     """One overlapped unit: F on the top half, the backward's B and W share the bottom half in
     the ratio of their costs; a black border around it."""
+    from matplotlib.patches import Rectangle
+
     start, width = unit[0].start * scale, (unit[0].end - unit[0].start) * scale
     t_b, t_w = result.costs.get("t_b", 1.0), result.costs.get("t_w", 0.0)
     left = start
@@ -137,6 +147,8 @@ def plot_schedule(schedule: Schedule, t_f: float = 1.0, t_b: float = 2.0, t_w: f
 def plot_side_by_side(predicted: SimResult, measured: SimResult, *, unit: str = "ms",
                       scale: float = 1e3, suptitle: str | None = None) -> Figure:
     """The simulator's prediction and a real run, on the same time axis, one beside the other."""
+    from matplotlib import pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 0.9 + 0.55 * len(predicted.spans)),
                                       sharex=True, sharey=True, layout="constrained")
     plot_timeline(predicted, left, unit=unit, scale=scale,
@@ -154,6 +166,8 @@ def plot_side_by_side(predicted: SimResult, measured: SimResult, *, unit: str = 
 
 def plot_bubbles(sweep: BubbleSweep) -> Figure:
     """One panel per schedule: the bubble against m, four ways (`parlab.pp.measure`)."""
+    from matplotlib import pyplot as plt
+
     names = list(dict.fromkeys(r.config.name for r in sweep.rows))
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), sharey=True,
                              layout="constrained", squeeze=False)
