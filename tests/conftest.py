@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# first, so that this session's forkserver preloads what module 08's ranks import
+# (parlab.launch.runner, _PRELOAD_IF_IMPORTED)
+import parlab.compose  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -350,3 +350,49 @@ def ring_with_posted_sends():
 
 def test_slow_but_correct_ring_is_not_called_a_deadlock():
     assert run(ring_with_posted_sends, 3, timeout=30) == [2.0, 0.0, 1.0]
+
+
+# --- what a rank starts with, and what it never imports ---------------------------------------
+RANK_SIDE = ["parlab.compose", "parlab.pp", "parlab.cp", "parlab.plan", "parlab.capstone",
+             "parlab.check", "parlab.check.composition", "parlab.check.whole", "parlab.check.cp",
+             "parlab.check.pp", "parlab.check.checkpoint", "parlab.check.tp", "parlab.check.sp",
+             "parlab.check.fsdp", "parlab.check.moe", "parlab.check.collectives"]
+
+
+def _imports_in_rank(modules):
+    import importlib
+    import sys
+
+    preloaded = {m: m in sys.modules for m in ("torch._dynamo", "parlab.compose")}
+    for name in modules:
+        importlib.import_module(name)
+    return preloaded, sorted(m for m in sys.modules if m.split(".")[0] == "matplotlib")
+
+
+def test_ranks_start_with_the_preloads_and_never_import_matplotlib():
+    """This session has imported parlab.compose (conftest.py), so its forkserver preloads what
+    the first optimizer (torch._dynamo) and module 08's ranks (parlab.compose) would import in
+    every rank; the rank-side packages draw nothing, so importing them must not import
+    matplotlib (about 1.2 s of CPU a rank)."""
+    for preloaded, plotting in run(_imports_in_rank, 2, RANK_SIDE):
+        assert all(preloaded.values()), f"not preloaded by the forkserver: {preloaded}"
+        assert not plotting, ("a rank-side package imported matplotlib at module level; "
+                              f"import it inside the drawing function instead: {plotting[:5]}")
+
+
+LEAN = """
+import sys
+from parlab.launch import run
+def loaded():
+    return [m for m in ("torch._dynamo", "parlab.compose") if m in sys.modules]
+print(run(loaded, 2))
+"""
+
+
+def test_a_caller_without_the_composed_model_gets_a_lean_forkserver():
+    """A process that never imported parlab.compose or parlab.capstone (a module 02 kernel)
+    does not pay for preloading them."""
+    proc = subprocess.run([sys.executable, "-c", LEAN], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[[], []]", proc.stdout

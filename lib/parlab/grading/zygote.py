@@ -21,14 +21,18 @@ import sys
 import threading
 from typing import Any, cast
 
-# What the template imports: the forkserver's own preload (parlab.launch.runner._PRELOAD),
-# ipykernel, and the checks of every module that import neither matplotlib nor ipywidgets.
+# What the template imports: the forkserver's own preload (parlab.launch.runner), ipykernel,
+# and the checks of every module, none of which imports matplotlib or ipywidgets. With
+# parlab.compose imported here, each kernel's forkserver, forked from the template, already
+# holds what the ranks of modules 07 to 09 import (torch._dynamo, parlab.compose): imported
+# once per grading process, not once per kernel or per rank.
 WARM_MODULES = (
     "torch", "torch.distributed", "cloudpickle", "parlab.launch.rank",
-    "torch.fx.experimental.symbolic_shapes", "numpy", "ipykernel.kernelapp", "parlab.launch",
-    "parlab.check", "parlab.costs", "parlab.model", "parlab.check.collectives",
-    "parlab.check.composition", "parlab.check.fsdp", "parlab.check.moe", "parlab.check.sp",
-    "parlab.check.tp",
+    "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "numpy", "ipykernel.kernelapp",
+    "parlab.launch", "parlab.check", "parlab.costs", "parlab.model", "parlab.compose",
+    "parlab.capstone", "parlab.check.checkpoint", "parlab.check.collectives",
+    "parlab.check.composition", "parlab.check.cp", "parlab.check.fsdp", "parlab.check.moe",
+    "parlab.check.pp", "parlab.check.sp", "parlab.check.tp", "parlab.check.whole",
 )
 # Modules that must be imported in the kernel itself (they register with its IPython, or
 # read MPLBACKEND, which ipykernel sets): the template refuses to serve if one got in.
@@ -121,7 +125,7 @@ def _fork_forkserver() -> None:
     """Start this kernel's multiprocessing forkserver by forking (see the module doc)."""
     from multiprocessing import connection, forkserver, util
 
-    from parlab.launch.runner import _PRELOAD
+    from parlab.launch.runner import forkserver_preload
 
     # multiprocessing's own forkserver object, filled in as its ensure_running would (3.11)
     private: Any = forkserver  # its module-level ForkServer, and connection's address maker
@@ -133,11 +137,12 @@ def _fork_forkserver() -> None:
         os.chmod(address, 0o600)
     listener.listen()
     alive_r, alive_w = os.pipe()
+    preload = forkserver_preload()  # imported already, all of it: WARM_MODULES holds it
     pid = os.fork()
     if pid == 0:  # the forkserver: it ends when every holder of alive_w has gone
         os.close(alive_w)
         try:
-            forkserver.main(listener.fileno(), alive_r, list(_PRELOAD))
+            forkserver.main(listener.fileno(), alive_r, preload)
         finally:
             os._exit(0)
     listener.close()
@@ -145,7 +150,7 @@ def _fork_forkserver() -> None:
     server._forkserver_address = address
     server._forkserver_alive_fd = alive_w
     server._forkserver_pid = pid
-    server._preload_modules = list(_PRELOAD)
+    server._preload_modules = preload
 
 
 def _shadowed(folder: str) -> list[str]:
