@@ -8,9 +8,11 @@ Linux keeps each process's RSS high-water mark (VmHWM in /proc/self/status); wri
   call (the median of three such calls): the most memory the call held at once beyond what
   was already resident (model weights built before it are in the baseline, tensors it
   allocates and frees are not). Freed blocks of 16 KiB or more go back to the operating
-  system at once (glibc's mmap threshold, set by `exact_frees`), so that memory an earlier
-  call freed but kept cannot hide this call's. That setting slows allocation, so the
-  benchmarks measure memory in ranks of their own, started after the timed ones.
+  system at once (glibc's mmap threshold, set by `exact_frees`), and before each measured call
+  the pages of the heap's free chunks are released (`release_free`), so that memory an
+  earlier call or an import freed but kept cannot hide this call's. That setting slows
+  allocation, so the benchmarks measure memory in ranks of their own, started after the
+  timed ones.
 - `peak_rss()`, for the benchmarks whose cost is a whole process (launch, autograde): this
   process's high-water mark since it started, baseline 0; `children_peak_rss(fn)` the largest
   one among the processes fn starts and waits for (their RSS counts pages shared with a parent
@@ -56,6 +58,16 @@ def exact_frees() -> None:
     libc.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
 
 
+def release_free() -> None:
+    """Return the pages of every free chunk in the heap to the operating system (glibc's
+    malloc_trim). A rank forked from the launcher's forkserver starts with a heap full of
+    chunks that its imports freed; a call that reuses them would show no growth in RSS."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        return
+
+
 def peak_rss() -> int:
     """This process's RSS high-water mark (since it started, or since the last reset)."""
     return _status("VmHWM")
@@ -69,6 +81,7 @@ def peak_above(fn: Callable[[], object], *, repeats: int = 3) -> int:
     fn()
     peaks = []
     for _ in range(repeats):
+        release_free()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         base = _status("VmRSS")
