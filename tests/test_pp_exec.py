@@ -17,10 +17,12 @@ References computed here, independently of the executor:
   t_f = t_b = t_w = t per share every rank idles (p - 1) t/2 (a chunk costs t/2) of a step of
   3mt + (p - 1) t/2, a bubble of (p - 1)/(6m + p - 1).
 - timelines: every action's inputs ended before it started (causality); with sleep-based
-  costs of 40 ms per rank-share (costs dominate the ~0.5 ms per message), the measured bubble
-  is within 0.03 of the closed forms (p-1)/(m+p-1), (p-1)/(vm+p-1) and, for ZB-H1 with
-  t_f = t_b = t_w, (p-1)/(3m+p-1). Timing tests retry once: two CPU cores are shared with
-  whatever else runs, and one unlucky run says little.
+  costs of 80 ms per rank-share, the measured bubble is within 0.03 of the closed forms
+  (p-1)/(m+p-1), (p-1)/(vm+p-1) and, for ZB-H1 with t_f = t_b = t_w, (p-1)/(3m+p-1). The
+  closed forms count no time for messages; each hand-over between ranks takes a few ms on a
+  busy 2-core machine, and with 40 ms costs they added 0.02-0.034 to every measured bubble
+  (a quiet machine in a slow spell), against 0.011-0.016 with 80 ms. Timing tests retry
+  once: two CPU cores are shared with whatever else runs, and one unlucky run says little.
 """
 
 from __future__ import annotations
@@ -117,25 +119,25 @@ def _bubble_within(schedule, costs, expected, tolerance=0.03):
 
 def test_measured_bubble_of_1f1b():
     p, m = 4, 8
-    run = _bubble_within(make_schedule("1f1b", p, m), (0.04, 0.08, 0.0), (p - 1) / (m + p - 1))
-    assert run.measured.makespan >= (m + p - 1) * 0.12  # sleeping never ends early
+    run = _bubble_within(make_schedule("1f1b", p, m), (0.08, 0.16, 0.0), (p - 1) / (m + p - 1))
+    assert run.measured.makespan >= (m + p - 1) * 0.24  # sleeping never ends early
 
 
 def test_measured_bubble_of_interleaved():
+    # Costs per rank's share; each action here is one of v = 2 chunks, so it lasts half: 0.16 s
+    # and 0.32 s give its actions the 80 ms and 160 ms of test_measured_bubble_of_1f1b's.
     p, m, v = 4, 8, 2
-    _bubble_within(make_schedule("interleaved_1f1b", p, m, v), (0.04, 0.08, 0.0),
+    _bubble_within(make_schedule("interleaved_1f1b", p, m, v), (0.16, 0.32, 0.0),
                    (p - 1) / (v * m + p - 1))
 
 
 def test_measured_bubble_of_zb_h1():
     p, m = 4, 8
-    _bubble_within(make_schedule("zb_h1", p, m), (0.04, 0.04, 0.04), (p - 1) / (3 * m + p - 1))
+    _bubble_within(make_schedule("zb_h1", p, m), (0.08, 0.08, 0.08), (p - 1) / (3 * m + p - 1))
 
 
 def test_measured_bubble_of_dualpipe_v():
     # Costs per rank's share, as for ZB-H1; each action here is one of two chunks, so it lasts
-    # half: 0.08 s gives its 48 actions a rank the 40 ms of the other tests' actions. With
-    # 20 ms actions, the ~1 ms each action overran its sleep on a busy machine added up to a
-    # bubble 0.03-0.04 above the closed form.
+    # half: 0.16 s gives its 48 actions a rank the 80 ms of the other tests' actions.
     p, m = 4, 8
-    _bubble_within(make_schedule("dualpipe_v", p, m), (0.08, 0.08, 0.08), (p - 1) / (6 * m + p - 1))
+    _bubble_within(make_schedule("dualpipe_v", p, m), (0.16, 0.16, 0.16), (p - 1) / (6 * m + p - 1))
