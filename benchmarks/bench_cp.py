@@ -15,6 +15,15 @@ ways to compute its queries' attention over the whole sequence:
   gradients back to their owners), then one `F.scaled_dot_product_attention` of its queries
   over the whole sequence (causal: a mask from positions).
 
+A third column times the ring with transfers that move nothing (`no_transfer`: each rank
+computes on its own block W times, and its values are wrong): the ring's compute alone, its W
+kernel calls and merges. What the ring takes beyond it is what its transfers cost. On this
+machine they are not free even when they fly while a block computes: gloo moves the bytes
+with the CPU (copies through the kernel's sockets), on cores that every rank's compute keeps
+busy, and the ring sends 3W - 2 blocks of K and V (or dK and dV) a rank per iteration
+against the 2W - 2 of an all-gather and a reduce-scatter. Overlap hides a transfer only where
+something other than the computing cores moves it (a GPU's copy engines and NVLink).
+
 Every layout (contiguous, striped, zigzag), causal and not. An iteration is forward and
 backward with a fixed output gradient. Both must first agree (output, dq, dk, dv within 1e-5,
 relative); then they take turns (benchmarks/_table.py) and rank 0 reports medians and the
@@ -53,7 +62,13 @@ from _table import (
 )
 from torch import Tensor
 
-from parlab.cp import LAYOUTS, position_table, ring_attention
+from parlab.cp import (
+    LAYOUTS,
+    position_table,
+    ring_attention,
+    ring_attention_backward,
+    ring_attention_forward,
+)
 from parlab.launch import run
 
 B, H, T, D = 1, 4, 1024, 64
@@ -91,8 +106,46 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: 
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
+class _Held:
+    """A transfer that moved nothing: `wait()` gives back what was to be sent."""
+
+    def __init__(self, tensors: list[Tensor]) -> None:
+        self.tensors = tensors
+
+    def wait(self) -> list[Tensor]:
+        return self.tensors
+
+
+def no_transfer(tensors: Any, *, group: Any = None) -> _Held:
+    """`parlab.cp.shift_right` without the communication: every block stays where it is."""
+    return _Held(list(tensors))
+
+
+class RingComputeOnly(torch.autograd.Function):
+    """`parlab.cp.RingAttention` with `no_transfer` as its shift, forward and backward."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, causal: bool) -> Tensor:
+        out, lse = ring_attention_forward(q, k, v, pos, causal=causal, shift=no_transfer)
+        ctx.save_for_backward(q, k, v, out, lse, pos)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: Tensor) -> tuple:
+        q, k, v, out, lse, pos = ctx.saved_tensors
+        grads = ring_attention_backward(q, k, v, out, lse, dout, pos, causal=ctx.causal,
+                                        shift=no_transfer)
+        return *grads, None, None
+
+
+def ring_compute_only(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool) -> Tensor:
+    return RingComputeOnly.apply(q, k, v, pos, causal)
+
+
 CONTENDERS: dict[str, Callable[..., Tensor]] = {
     "ring": ring_attention, "gather+SDPA": gathered_attention}
+TIMED = {**CONTENDERS, "ring, no transfers": ring_compute_only}
 
 
 def step(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor, dout: Tensor,
@@ -125,7 +178,7 @@ def cp_worker(layout: str, causal: bool, repeats: int) -> dict:
     """In each rank: check both agree, then time them in turns."""
     local, dout, pos = _local(layout)
     steps = {name: functools.partial(step, attend, local, pos, dout, causal)
-             for name, attend in CONTENDERS.items()}
+             for name, attend in TIMED.items()}
     with unwatched():
         diff = agree(list(zip(steps["ring"](), steps["gather+SDPA"](), strict=True)),
                      TOLERANCE)
@@ -162,7 +215,8 @@ def main() -> None:
                           f"gather+SDPA (ratio), of the forward alone and of an iteration (RSS "
                           f"above the rank's before the call, largest rank)", repeats),
                   ["ranks W", "causal", "layout", "ring ms", "gather+SDPA ms",
-                   "ring / gather+SDPA", "forward MiB", "iteration MiB", "max rel. difference"])
+                   "ring / gather+SDPA", "ring, no transfers / gather+SDPA", "forward MiB",
+                   "iteration MiB", "max rel. difference"])
     for world in (2, 4):
         for layout, causal in CASES:
             results = run(cp_worker, world, layout, causal, repeats, timeout=600)
@@ -172,7 +226,9 @@ def main() -> None:
                       for part in ("forward", "iteration")}
             table.add(world, "yes" if causal else "no", layout,
                       *(ms(times[name]) for name in CONTENDERS),
-                      ratio(times["ring"], times["gather+SDPA"]), _pair(memory["forward"]),
+                      ratio(times["ring"], times["gather+SDPA"]),
+                      ratio(times["ring, no transfers"], times["gather+SDPA"]),
+                      _pair(memory["forward"]),
                       _pair(memory["iteration"]), f"{diff:.1e}")
     table.emit("cp")
 

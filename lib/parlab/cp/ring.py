@@ -156,18 +156,21 @@ def ring_attention_forward(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, caus
 
 
 def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                            dout: Tensor, pos: Tensor, *, causal: bool,
+                            dout: Tensor, pos: Tensor, *, causal: bool, shift: Shift | None = None,
                             group: Any = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of this rank's tokens, given its forward out and lse and the gradient
-    dout of its output (all (B, H, n, D) but lse (B, H, n)). Gradients in q's dtype."""
+    dout of its output (all (B, H, n, D) but lse (B, H, n)). Gradients in q's dtype.
+    `shift` posts each transfer (`shift_right`), as in the forward: benchmarks/bench_cp.py
+    passes one that moves nothing, to time the compute alone."""
+    shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     kv = [k.contiguous(), v.contiguous()]
     dq = torch.zeros_like(q, dtype=lse.dtype)  # (B, H, n, D)
-    grads: Transfer | None = None  # the accumulators arriving from the left
+    grads: Pending | None = None  # the accumulators arriving from the left
     for step in range(world):
         src = (rank - step) % world
         with _range(f"ring backward step {step} send/recv K/V", step + 1 < world):
-            transfer = shift_right(kv, group=group) if step + 1 < world else None
+            transfer = shift(kv, group=group) if step + 1 < world else None
         if fully_masked(pos[rank], pos[src], causal=causal):  # these queries add nothing
             dk_b = torch.zeros_like(kv[0], dtype=lse.dtype)
             dv_b = torch.zeros_like(kv[1], dtype=lse.dtype)
@@ -184,7 +187,7 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
             dv_b += dv_in
             del dk_in, dv_in
         with _range(f"ring backward step {step} send/recv dK/dV"):
-            grads = shift_right([dk_b, dv_b], group=group)  # on to the next holder of block src
+            grads = shift([dk_b, dv_b], group=group)  # on to the next holder of block src
         if transfer is not None:
             with _range(f"ring backward step {step} wait K/V"):
                 kv = transfer.wait()
