@@ -435,6 +435,35 @@ def test_ring_matches_torch_forward_and_backward(world, layout, causal):
         assert sum(back) == 2 * (world - 1) * block + 2 * world * block  # + dK, dV: W hops
 
 
+def _backward_shift_worker(causal):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seq = 4 * world
+    q, k, v, dout = (_randn(1, 2, seq, 8, seed=30 + i)[..., 4 * rank:4 * rank + 4, :]
+                     for i in range(4))
+    pos = torch.arange(seq).view(world, 4)
+    out, lse = cp_ring.ring_attention_forward(q, k, v, pos, causal=causal)
+    posted = []
+
+    def recording(tensors, *, group=None):  # shift_right, counting what it is given
+        posted.append(len(tensors))
+        return cp_ring.shift_right(tensors, group=group)
+
+    mine = cp_ring.ring_attention_backward(q, k, v, out, lse, dout, pos, causal=causal,
+                                           shift=recording)
+    default = cp_ring.ring_attention_backward(q, k, v, out, lse, dout, pos, causal=causal)
+    return {"posted": posted, "mine": mine, "default": default}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_ring_backward_posts_every_transfer_through_the_given_shift(causal):
+    # the shift bench_cp replaces: W - 1 K/V transfers and W of the dK, dV accumulators
+    world = 3
+    for res in run(_backward_shift_worker, world, causal):
+        assert sorted(res["posted"]) == [2] * (2 * world - 1)
+        for got, want in zip(res["mine"], res["default"], strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def _overlap_worker(overlap):
     rank, world = dist.get_rank(), dist.get_world_size()
     seq = 4 * world
