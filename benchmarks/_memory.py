@@ -48,24 +48,29 @@ def _status(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field} (measuring memory needs Linux)")
 
 
+def _glibc() -> Any:
+    """glibc, or None where there is none (then its allocator settings do not apply)."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def exact_frees() -> None:
     """Make freed blocks of MMAP_THRESHOLD bytes or more leave the RSS at once (glibc)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    libc.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
 
 
 def release_free() -> None:
     """Return the pages of every free chunk in the heap to the operating system (glibc's
     malloc_trim). A rank forked from the launcher's forkserver starts with a heap full of
     chunks that its imports freed; a call that reuses them would show no growth in RSS."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        return
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def peak_rss() -> int:

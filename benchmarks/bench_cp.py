@@ -62,13 +62,7 @@ from _table import (
 )
 from torch import Tensor
 
-from parlab.cp import (
-    LAYOUTS,
-    position_table,
-    ring_attention,
-    ring_attention_backward,
-    ring_attention_forward,
-)
+from parlab.cp import LAYOUTS, Transfer, position_table, ring_attention
 from parlab.launch import run
 
 B, H, T, D = 1, 4, 1024, 64
@@ -106,46 +100,15 @@ def gathered_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: 
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
-class _Held:
-    """A transfer that moved nothing: `wait()` gives back what was to be sent."""
-
-    def __init__(self, tensors: list[Tensor]) -> None:
-        self.tensors = tensors
-
-    def wait(self) -> list[Tensor]:
-        return self.tensors
-
-
-def no_transfer(tensors: Any, *, group: Any = None) -> _Held:
+def no_transfer(tensors: Any, *, group: Any = None) -> Transfer:
     """`parlab.cp.shift_right` without the communication: every block stays where it is."""
-    return _Held(list(tensors))
-
-
-class RingComputeOnly(torch.autograd.Function):
-    """`parlab.cp.RingAttention` with `no_transfer` as its shift, forward and backward."""
-
-    @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, causal: bool) -> Tensor:
-        out, lse = ring_attention_forward(q, k, v, pos, causal=causal, shift=no_transfer)
-        ctx.save_for_backward(q, k, v, out, lse, pos)
-        ctx.causal = causal
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, dout: Tensor) -> tuple:
-        q, k, v, out, lse, pos = ctx.saved_tensors
-        grads = ring_attention_backward(q, k, v, out, lse, dout, pos, causal=ctx.causal,
-                                        shift=no_transfer)
-        return *grads, None, None
-
-
-def ring_compute_only(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool) -> Tensor:
-    return RingComputeOnly.apply(q, k, v, pos, causal)
+    return Transfer([], list(tensors))  # nothing to wait for; wait() gives them back
 
 
 CONTENDERS: dict[str, Callable[..., Tensor]] = {
     "ring": ring_attention, "gather+SDPA": gathered_attention}
-TIMED = {**CONTENDERS, "ring, no transfers": ring_compute_only}
+TIMED = {**CONTENDERS,
+         "ring, no transfers": functools.partial(ring_attention, shift=no_transfer)}
 
 
 def step(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor, dout: Tensor,

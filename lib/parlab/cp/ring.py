@@ -160,8 +160,7 @@ def ring_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
                             group: Any = None) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of this rank's tokens, given its forward out and lse and the gradient
     dout of its output (all (B, H, n, D) but lse (B, H, n)). Gradients in q's dtype.
-    `shift` posts each transfer (`shift_right`), as in the forward: benchmarks/bench_cp.py
-    passes one that moves nothing, to time the compute alone."""
+    `shift` posts each transfer, as in the forward (`shift_right`)."""
     shift = shift_right if shift is None else shift
     rank, world, _, _ = _ring(group)
     kv = [k.contiguous(), v.contiguous()]
@@ -202,21 +201,24 @@ class RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, causal: bool,
-                group: Any = None) -> Tensor:
-        out, lse = ring_attention_forward(q, k, v, pos, causal=causal, group=group)
+                group: Any = None, shift: Shift | None = None) -> Tensor:
+        out, lse = ring_attention_forward(q, k, v, pos, causal=causal, shift=shift,
+                                          group=group)
         ctx.save_for_backward(q, k, v, out, lse, pos)
-        ctx.causal, ctx.group = causal, group
+        ctx.causal, ctx.group, ctx.shift = causal, group, shift
         return out
 
     @staticmethod
     def backward(ctx: Any, dout: Tensor) -> tuple:
         q, k, v, out, lse, pos = ctx.saved_tensors
         dq, dk, dv = ring_attention_backward(q, k, v, out, lse, dout, pos, causal=ctx.causal,
-                                             group=ctx.group)
-        return dq, dk, dv, None, None, None
+                                             shift=ctx.shift, group=ctx.group)
+        return dq, dk, dv, None, None, None, None
 
 
 def ring_attention(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool,
-                   group: Any = None) -> Tensor:
-    """Differentiable ring attention: this rank's (B, H, n, D) output."""
-    return RingAttention.apply(q, k, v, pos, causal, group)
+                   group: Any = None, shift: Shift | None = None) -> Tensor:
+    """Differentiable ring attention: this rank's (B, H, n, D) output. `shift` posts each
+    transfer, forward and backward (`shift_right`; benchmarks/bench_cp.py passes one that
+    moves nothing)."""
+    return RingAttention.apply(q, k, v, pos, causal, group, shift)
