@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -103,3 +104,12 @@ def fresh_check_outcomes():
     reset_outcomes()
     yield
     reset_outcomes()
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Figures a test drew are closed after it (pyplot keeps every figure open until then:
+    the widget tests alone would hold dozens), without importing pyplot where none was."""
+    yield
+    if (plt := sys.modules.get("matplotlib.pyplot")) is not None:
+        plt.close("all")
