@@ -31,24 +31,26 @@ FORMULA = {"ddp": "16P", "zero1": "4P + 12P/d", "zero2": "2P + 14P/d", "zero3": 
 PRACTICE = {"n_params": 70e9, "dp": 32, "gpu_bytes": 80e9}
 
 
-def _expected(p: float, strategy: str, d: int) -> float:
-    return {"ddp": 16 * p, "zero1": 4 * p + 12 * p / d, "zero2": 2 * p + 14 * p / d,
-            "zero3": 16 * p / d, "fsdp": 16 * p / d}[strategy]
+def _expected(n_params: float, strategy: str, d: int) -> float:
+    """Bytes per device: FORMULA, with P = n_params."""
+    return {"ddp": 16 * n_params, "zero1": 4 * n_params + 12 * n_params / d,
+            "zero2": 2 * n_params + 14 * n_params / d, "zero3": 16 * n_params / d,
+            "fsdp": 16 * n_params / d}[strategy]
 
 
-def _story(got: float, p: float, strategy: str, d: int) -> str:
-    want = _expected(p, strategy, d)
+def _story(got: float, n_params: float, strategy: str, d: int) -> str:
+    want = _expected(n_params, strategy, d)
     if math.isclose(got, want * 1e-9, rel_tol=1e-9):
         return "that is gigabytes: return bytes (1 GB = 1e9 B)"
-    if d > 1 and math.isclose(got, 16 * p):
+    if d > 1 and math.isclose(got, 16 * n_params):
         return "every part kept whole: " + FORMULA[strategy] + " divides the sharded parts by d"
     for name, parts in SHARDED.items():
-        guess = sum(v * p / (d if k in parts else 1) for k, v in PARTS.items())
+        guess = sum(v * n_params / (d if k in parts else 1) for k, v in PARTS.items())
         if parts != SHARDED[strategy] and math.isclose(got, guess):
             return (f"that is {name}'s memory: {strategy} shards "
                     f"{', '.join(SHARDED[strategy]) or 'nothing'} (ZeRO-1 the optimizer state, "
                     "ZeRO-2 also the gradients, ZeRO-3 and FSDP also the weights)")
-    if math.isclose(got, 12 * p / (d if strategy != "ddp" else 1)):
+    if math.isclose(got, 12 * n_params / (d if strategy != "ddp" else 1)):
         return "only the optimizer state counted: add the weights (2 B) and gradients (2 B)"
     if math.isclose(got, want * d) or math.isclose(got, want / d):
         return f"off by a factor d = {d}: only the sharded parts are divided by d, once"
@@ -65,9 +67,9 @@ def _grid(random_points: int, seed: int) -> list[tuple[float, int, str]]:
 def _check_practice(practice: Any) -> None:
     expect_type(practice, dict, name="practice", what="a dict with keys ddp_per_gpu, "
                 "zero3_per_gpu, ddp_fits, zero3_fits")
-    p, d, cap = PRACTICE["n_params"], PRACTICE["dp"], PRACTICE["gpu_bytes"]
-    want = {"ddp_per_gpu": 16 * p, "zero3_per_gpu": 16 * p / d, "ddp_fits": 16 * p <= cap,
-            "zero3_fits": 16 * p / d <= cap}
+    n_params, d, cap = PRACTICE["n_params"], PRACTICE["dp"], PRACTICE["gpu_bytes"]
+    want = {"ddp_per_gpu": 16 * n_params, "zero3_per_gpu": 16 * n_params / d,
+            "ddp_fits": 16 * n_params <= cap, "zero3_fits": 16 * n_params / d <= cap}
     for key, value in want.items():
         got = practice.get(key)
         if isinstance(value, bool):
@@ -98,18 +100,18 @@ def check_state_bytes(state_bytes: Callable[..., Any], practice: dict[str, Any],
     refs = cost_references()
     not_the_course(state_bytes, "state_bytes", refs, COSTS_WHAT)
     grid = _grid(random_points, seed)
-    for p, d, strategy in grid:
-        label = f"state_bytes({p:g}, {strategy!r}, dp={d})"
-        got = call(label, state_bytes, p, strategy, d, refs=refs, what=COSTS_WHAT,
+    for n_params, d, strategy in grid:
+        label = f"state_bytes({n_params:g}, {strategy!r}, dp={d})"
+        got = call(label, state_bytes, n_params, strategy, d, refs=refs, what=COSTS_WHAT,
                    hint="strategy is one of 'ddp', 'zero1', 'zero2', 'zero3', 'fsdp'; dp is "
                    "the number of ranks sharing the state")
         if isinstance(got, bool) or not isinstance(got, numbers.Real):
             fail(f"{label} returned {type(got).__name__} ({got!r:.40}), expected a number of "
                  "bytes", hint="return a plain int or float (float(x) converts a tensor)")
-        want = _expected(p, strategy, d)
+        want = _expected(n_params, strategy, d)
         if not math.isclose(got, want, rel_tol=1e-9):
             fail(f"{label}: expected {want:,.0f} B per device, got {got!r}",
-                 hint=_story(float(got), p, strategy, d))
+                 hint=_story(float(got), n_params, strategy, d))
     _check_practice(practice)
     if not quiet:
         print(f"state_bytes agrees with the closed forms at {len(grid)} points (5 strategies); "

@@ -137,10 +137,10 @@ def block_worker(cls: type, seed: int, with_tp: bool) -> dict:
     randomize_parameters(block, seed=seed)
     x, up = torch.randn(B, T, H, device=dev), torch.randn(B, T, H, device=dev)
     out: dict[Any, Any] = {"ref": {}, "bias_t": {}}  # results by name, and by p_drop
-    for p in (0.0, P_DROP):
-        block.p_drop = p
-        out["ref"][p] = _reference(block, x, up)
-        out["bias_t"][p] = _biases_t_times(block, x, t)
+    for p_drop in (0.0, P_DROP):
+        block.p_drop = p_drop
+        out["ref"][p_drop] = _reference(block, x, up)
+        out["bias_t"][p_drop] = _biases_t_times(block, x, t)
     tp_bytes = None
     if with_tp:  # plain TP, parlab's reference, traced before the guard goes on
         with trace() as tr:
@@ -148,9 +148,9 @@ def block_worker(cls: type, seed: int, with_tp: bool) -> dict:
             (y * up).sum().backward()
         tp_bytes = tr.wire_bytes()
     guard()
-    for p in (0.0, P_DROP):
-        block.p_drop = p
-        out[p] = _learner_run(cls, block, x, up, rank, t)
+    for p_drop in (0.0, P_DROP):
+        block.p_drop = p_drop
+        out[p_drop] = _learner_run(cls, block, x, up, rank, t)
     out["tp_bytes"] = tp_bytes
     return out
 
@@ -166,9 +166,9 @@ def _shard(ref: torch.Tensor, name: str, rank: int, t: int) -> torch.Tensor:
     return ref.chunk(t, dim=1)[rank]  # proj.weight, fc2.weight: columns
 
 
-def _grad_hint(name: str, results: list, p: float, rank: int) -> str | None:
-    ref = results[rank]["ref"][p][REPLICATED[name] + ".grad"]
-    parts = [r[p][name + ".grad"] for r in results]
+def _grad_hint(name: str, results: list, p_drop: float, rank: int) -> str | None:
+    ref = results[rank]["ref"][p_drop][REPLICATED[name] + ".grad"]
+    parts = [r[p_drop][name + ".grad"] for r in results]
     got = parts[rank]
     if got is None:
         return f"{name}.grad is None: no gradient reached it (is something detached?)"
@@ -182,44 +182,44 @@ def _grad_hint(name: str, results: list, p: float, rank: int) -> str | None:
     return None
 
 
-def _check_outputs(results: list, p: float, t: int) -> None:
-    where = f"SPBlock with dropout p_drop = {p}"
+def _check_outputs(results: list, p_drop: float, t: int) -> None:
+    where = f"SPBlock with dropout p_drop = {p_drop}"
     for rank, res in enumerate(results):
-        r, ref = res[p], res["ref"][p]
+        r, ref = res[p_drop], res["ref"][p_drop]
         for name in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"):
             if not close(r[name], ref[name], rtol=0, atol=0):
                 fail(f"SPBlock's {name} is not the block's {name}", rank=rank, hint=KEEP_LN)
         y, want = r["y"], rows(ref["y"], rank, t)
-        if p == 0 and isinstance(y, torch.Tensor) and not bool(torch.isfinite(y).all()):
+        if p_drop == 0 and isinstance(y, torch.Tensor) and not bool(torch.isfinite(y).all()):
             fail(f"the output of {where} holds NaN or infinity: your dropout differs from the "
                  "single device's", rank=rank, hint="with p_drop = 0 nothing is dropped, so a "
                  "division by p_drop is a division by zero: scale the kept values by "
                  "1/(1 - p_drop), one over the probability of keeping an element")
-        for names, wrong in res["bias_t"][p].items():
+        for names, wrong in res["bias_t"][p_drop].items():
             if t > 1 and close(y, rows(wrong, rank, t), **F32_TOL) and not close(y, want):
                 fail(f"the output of {where} is the single-device layer's with {names} "
                      f"counted t = {t} times", rank=rank, hint=BIAS_ONCE)
         assert_close(y, want, name=f"output of {where} (this rank's rows)", rank=rank,
-                     hint=LAYOUT if p == 0 else DROPOUT, **F32_TOL)
-    if p == 0:
-        expect_kinds([r[p] for r in results], "forward", "SPBlock", PATTERN,
+                     hint=LAYOUT if p_drop == 0 else DROPOUT, **F32_TOL)
+    if p_drop == 0:
+        expect_kinds([r[p_drop] for r in results], "forward", "SPBlock", PATTERN,
                      "a TP + SP layer enters attention and the MLP with an all-gather and "
                      "leaves each with a reduce-scatter")
     for rank, res in enumerate(results):
-        assert_close(res[p]["x.grad"], rows(res["ref"][p]["x.grad"], rank, t), rank=rank,
-                     **F32_TOL, name=f"grad of x (this rank's rows) in {where}",
+        assert_close(res[p_drop]["x.grad"], rows(res["ref"][p_drop]["x.grad"], rank, t),
+                     rank=rank, **F32_TOL, name=f"grad of x (this rank's rows) in {where}",
                      hint="the output is right but the input gradient is not: look at the "
                           "backward of your gather and reduce-scatter (check_sp_pair)")
-    if p == 0:
-        expect_kinds([r[p] for r in results], "backward", "SPBlock", PATTERN,
+    if p_drop == 0:
+        expect_kinds([r[p_drop] for r in results], "backward", "SPBlock", PATTERN,
                      "the backward makes the conjugates: an all-gather for each reduce-scatter "
                      "and a reduce-scatter for each all-gather")
 
 
-def _check_grads(results: list, p: float, t: int) -> None:
-    where = f"SPBlock with dropout p_drop = {p}"
+def _check_grads(results: list, p_drop: float, t: int) -> None:
+    where = f"SPBlock with dropout p_drop = {p_drop}"
     for rank, res in enumerate(results):
-        r, ref = res[p], res["ref"][p]
+        r, ref = res[p_drop], res["ref"][p_drop]
         for name, ref_name in SHARDED.items():
             assert_close(r[name + ".grad"], _shard(ref[ref_name + ".grad"], name, rank, t),
                          name=f"grad of {name} (this rank's shard) in {where}", rank=rank,
@@ -230,7 +230,7 @@ def _check_grads(results: list, p: float, t: int) -> None:
                                                       ref[ref_name + ".grad"], **F32_TOL):
                 assert_close(r[name + ".grad"], ref[ref_name + ".grad"], rank=rank, **F32_TOL,
                              name=f"grad of {name} after reduce_replicated_grads in {where}",
-                             hint=_grad_hint(name, results, p, rank))
+                             hint=_grad_hint(name, results, p_drop, rank))
         bad = [k for k, _, _ in r["sync"] if k != "all_reduce"]
         if bad:
             fail(f"reduce_replicated_grads made these collective calls: {bad}", rank=rank,
@@ -250,9 +250,9 @@ def check_sp_block(cls: type, *, world_size: int = 2, seed: int = SEED,
     t = world_size
     results = run_checked(block_worker, t, cls, seed, False, what="SPBlock", timeout=timeout,
                           hang_hint=HANG)
-    for p in (0.0, P_DROP):
-        _check_outputs(results, p, t)
-        _check_grads(results, p, t)
+    for p_drop in (0.0, P_DROP):
+        _check_outputs(results, p_drop, t)
+        _check_grads(results, p_drop, t)
     if not quiet:
         print(f"SPBlock OK on {t} ranks: each rank's {T // t} of {T} tokens, output and every "
               f"gradient match the single-device layer, with dropout p_drop = {P_DROP} "

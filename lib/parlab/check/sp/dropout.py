@@ -75,24 +75,27 @@ def _dropout_worker(dropout: Callable, p_drop: float, seed: int) -> dict:
             "saved": meter.total, "numel": x.numel()}
 
 
-def _stories(full: torch.Tensor, keep: torch.Tensor, p: float, rank: int,
+def _stories(full: torch.Tensor, keep: torch.Tensor, p_drop: float, rank: int,
              t: int) -> list[tuple[Any, str]]:
     """Wrong answers of rank's first call, each with what it says about the mistake."""
     drop = ~keep
     return [
         (rows(full * keep, rank, t), "the kept values must be scaled by 1/(1 - p_drop)"),
-        (rows(full * keep / p, rank, t), f"the kept values are scaled by 1/p_drop = {1 / p:g}: "
-         f"scale them by 1/(1 - p_drop) = {1 / (1 - p):g}, one over the probability of "
-         "KEEPING an element, so that the expected value is unchanged"),
-        (rows(full * keep * (1 - p), rank, t), "the kept values are multiplied by (1 - p_drop): "
-         "divide by it instead, so that the expected value is unchanged"),
-        (rows(full * drop / (1 - p), rank, t), "the mask is inverted: p_drop is the probability "
-         "of DROPPING an element, so keep where torch.rand(...) >= p_drop"),
-        (rows(full * drop / p, rank, t), "the mask is inverted and scaled by 1/p_drop: p_drop "
-         "is the probability of DROPPING; keep = torch.rand(...) >= p_drop, x * keep / "
-         "(1 - p_drop)"),
-    ] + [(rows(full * keep / (1 - p), q, t), f"it applies rank {q}'s rows of the mask: rank r "
-          "keeps rows r*T/t:(r+1)*T/t") for q in range(t) if q != rank]
+        (rows(full * keep / p_drop, rank, t),
+         f"the kept values are scaled by 1/p_drop = {1 / p_drop:g}: scale them by "
+         f"1/(1 - p_drop) = {1 / (1 - p_drop):g}, one over the probability of KEEPING an "
+         "element, so that the expected value is unchanged"),
+        (rows(full * keep * (1 - p_drop), rank, t),
+         "the kept values are multiplied by (1 - p_drop): divide by it instead, so that the "
+         "expected value is unchanged"),
+        (rows(full * drop / (1 - p_drop), rank, t),
+         "the mask is inverted: p_drop is the probability of DROPPING an element, so keep "
+         "where torch.rand(...) >= p_drop"),
+        (rows(full * drop / p_drop, rank, t),
+         "the mask is inverted and scaled by 1/p_drop: p_drop is the probability of DROPPING; "
+         "keep = torch.rand(...) >= p_drop, x * keep / (1 - p_drop)"),
+    ] + [(rows(full * keep / (1 - p_drop), q, t), f"it applies rank {q}'s rows of the mask: "
+          "rank r keeps rows r*T/t:(r+1)*T/t") for q in range(t) if q != rank]
 
 
 def _check_saved(r: dict, rank: int, t: int) -> None:
@@ -114,24 +117,29 @@ def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p_drop: float = 
     from parlab.tp.sequence import dropout_keep_mask
 
     reject_reference(dropout, "sp_dropout")
-    t, p = world_size, p_drop
-    results = run_checked(_dropout_worker, t, dropout, p, seed, what="sp_dropout",
+    t = world_size
+    results = run_checked(_dropout_worker, t, dropout, p_drop, seed, what="sp_dropout",
                           timeout=timeout, hang_hint=HANG)
     full = _full_input(t)
     gen = torch.Generator().manual_seed(seed)
-    keeps = [dropout_keep_mask(tuple(full.shape), p_drop=p, generator=gen) for _ in range(2)]
+    keeps = [dropout_keep_mask(tuple(full.shape), p_drop=p_drop, generator=gen)
+             for _ in range(2)]
     masks = [r["first"] != 0 for r in results if isinstance(r["first"], torch.Tensor)]
     same = t > 1 and len(masks) == t and all(
         m.shape == masks[0].shape and torch.equal(m, masks[0]) for m in masks)
     for rank, r in enumerate(results):
-        hint = SAME_SEED if same else story(r["first"], _stories(full, keeps[0], p, rank, t))
-        assert_close(r["first"], rows(full * keeps[0] / (1 - p), rank, t), rank=rank, **TOL,
-                     name=f"sp_dropout(x) (p_drop = {p}, random seed {seed})",
+        stories = _stories(full, keeps[0], p_drop, rank, t)
+        hint = SAME_SEED if same else story(r["first"], stories)
+        assert_close(r["first"], rows(full * keeps[0] / (1 - p_drop), rank, t), rank=rank,
+                     **TOL,
+                     name=f"sp_dropout(x) (p_drop = {p_drop}, random seed {seed})",
                      hint=hint or MASK_HINT)
-        assert_close(r["grad"], rows(keeps[0].double() / (1 - p), rank, t), rank=rank, **TOL,
+        assert_close(r["grad"], rows(keeps[0].double() / (1 - p_drop), rank, t), rank=rank,
+                     **TOL,
                      name="grad of x through sp_dropout",
                      hint="let autograd see x * keep / (1 - p_drop): do not detach")
-        assert_close(r["second"], rows(full * keeps[1] / (1 - p), rank, t), rank=rank, **TOL,
+        assert_close(r["second"], rows(full * keeps[1] / (1 - p_drop), rank, t), rank=rank,
+                     **TOL,
                      name="a second sp_dropout call with the same generator",
                      hint="each call draws the next whole mask from the generator it is given: "
                           "do not re-seed it or make a new one inside sp_dropout")
@@ -141,5 +149,5 @@ def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p_drop: float = 
         _check_saved(r, rank, t)
     if not quiet:
         print(f"sp_dropout OK on {t} ranks: each shard's mask is its rows of the single-device "
-              f"mask (p_drop = {p}, random seed {seed}), call after call; it keeps 1 byte per "
-              "element")
+              f"mask (p_drop = {p_drop}, random seed {seed}), call after call; it keeps 1 byte "
+              "per element")
