@@ -11,6 +11,7 @@ executor's own perf_counter timeline (its makespan and bubble, measured by anoth
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 
 import pytest
@@ -23,6 +24,7 @@ from parlab.timeline import CLOCK_SYNC, idle_share, load
 COSTS = (0.004, 0.006, 0.003)  # t_f, t_b, t_w: distinct, so a range of the wrong kind shows
 CASES = {"zb_h1 on 3 ranks": ("zb_h1", 3, 4, 1, 6),
          "interleaved_1f1b on 2 ranks": ("interleaved_1f1b", 2, 4, 2, 8)}  # ..., layers
+ACTIONS = ("F ", "B ", "W ")  # the executor's ranges: "F mb3 chunk1" (range_name)
 SLACK = 1e-4  # seconds: the profiler's and perf_counter's readings of one moment
 
 
@@ -69,7 +71,7 @@ def test_every_action_appears_once_in_order_and_lasts_its_cost(traced):
     tl = load(path)
     _, _, v, split = shape_of(schedule)
     for rank, actions in enumerate(schedule):
-        got = tl.ranges(rank=rank, prefix=("F ", "B ", "W "))
+        got = tl.ranges(rank=rank, prefix=ACTIONS)
         assert [r.name for r in got] == [range_name(a) for a in actions], f"rank {rank}"
         for before, after in zip(got, got[1:], strict=False):
             assert before.end <= after.start + SLACK, f"rank {rank}: {before} overlaps {after}"
@@ -81,7 +83,7 @@ def test_every_action_appears_once_in_order_and_lasts_its_cost(traced):
 def test_the_actions_lie_within_the_run_and_agree_with_its_own_clock(traced):
     _, run, path = traced
     tl = load(path)
-    start, end = tl.span(("F ", "B ", "W "))
+    start, end = tl.span(ACTIONS)
     marks = [e for e in tl.events if e.get("name") == CLOCK_SYNC]
     assert all(e["ts"] <= start * 1e6 for e in marks)  # after every rank's clock mark
     last = max(e["ts"] + e.get("dur", 0) for e in tl.events if e.get("ph") == "X") / 1e6
@@ -97,14 +99,14 @@ def test_the_idle_share_is_the_executor_s_bubble_plus_the_profiler_s_own_cost(tr
     the step."""
     schedule, run, path = traced
     tl = load(path)
-    start, end = tl.span(("F ", "B ", "W "))
+    start, end = tl.span(ACTIONS)
     extra = []  # per action: profiler range - executor span, seconds
     for rank, spans in enumerate(run.measured.spans):
-        got = {r.name: r for r in tl.ranges(rank=rank, prefix=("F ", "B ", "W "))}
+        got = {r.name: r for r in tl.ranges(rank=rank, prefix=ACTIONS)}
         extra += [got[range_name(s.action)].seconds - (s.end - s.start) for s in spans]
     assert min(extra) >= -SLACK, "a profiler range is shorter than the executor's own span"
-    assert sorted(extra)[len(extra) // 2] < 5e-4, "record_function costs ~50 us, not this"
-    share = idle_share(tl, ("F ", "B ", "W "))
+    assert statistics.median(extra) < 5e-4, "record_function costs ~50 us, not this"
+    share = idle_share(tl, ACTIONS)
     p = len(schedule)
     expected = 1 - (sum(run.measured.busy) + sum(extra)) / (p * (end - start))
     assert share == pytest.approx(expected, abs=1e-3)
@@ -114,7 +116,7 @@ def test_no_action_starts_before_the_action_it_waits_for_has_ended(traced):
     schedule, _, path = traced
     tl = load(path)
     p, _, v, _ = shape_of(schedule)
-    when = {(r.rank, r.name): r for r in tl.ranges(prefix=("F ", "B ", "W "))}
+    when = {(r.rank, r.name): r for r in tl.ranges(prefix=ACTIONS)}
     checked = 0
     for rank, actions in enumerate(schedule):
         for a in actions:
