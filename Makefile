@@ -47,6 +47,16 @@ browser:
 	    $(AS_ROOT) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
 	    >/dev/null 2>&1 || echo "could not install chromium: the browser test will skip"; }
 
+# Grading runs every submission in a sandbox made by Debian's bubblewrap (autograder/README.md,
+# "The threat model"). Best effort, as for chromium: without apt-get, root or passwordless sudo
+# it says so, and `make autograde` then refuses to grade (UNSAFE=1 grades without it).
+.PHONY: sandbox
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { echo "installing Debian's bubblewrap for the grader's sandbox"; \
+	  { $(AS_ROOT) apt-get update -qq && \
+	    $(AS_ROOT) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+	    >/dev/null 2>&1 || echo "could not install bubblewrap: make autograde will refuse to grade (see autograder/README.md)"; }
+
 WORKSPACE ?= workspace
 
 # JupyterLab opens on workspace/, the learner's own copy of course/: answers never dirty the
@@ -75,7 +85,7 @@ formgrader: setup
 	$(call WITH_JUPYTER,$(INSTRUCTOR_JUPYTER)) PARLAB_COURSE_ROOT=$(abspath $(COURSE_ROOT)) \
 	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(abspath $(COURSE_ROOT)) $(ROOT_FLAG) $(ARGS)
 
-test: setup browser
+test: setup browser sandbox
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: setup
@@ -86,23 +96,25 @@ release: setup
 	@if [ -n "$(MODULES)" ]; then $(NBGRADER) generate_assignment "*" --force --no-db --log-level=ERROR; fi
 
 # Instructor workflow (autograder/README.md): collect FROM=<folder> [TIMES=<csv>], autograde
-# [MODULE=..] [STUDENT=..] [ALL=1] [WORKERS=3] (new and changed submissions only, unless
-# ALL=1), export (grades.csv), feedback, report (report.html). Every nbgrader call runs with
-# the venv's bin/ first on PATH (parlab.grading.run_nbgrader). Learners: `make check
-# MODULE=..` runs the visible tests of their own notebook (workspace/, else course/).
+# [MODULE=..] [STUDENT=..] [ALL=1] [WORKERS=3] [UNSAFE=1] (new and changed submissions only,
+# unless ALL=1; UNSAFE=1: without the sandbox, recorded), export (grades.csv), feedback,
+# report (report.html). Every nbgrader call runs with the venv's bin/ first on PATH
+# (parlab.grading.run_nbgrader). Learners: `make check MODULE=..` runs the visible tests of
+# their own notebook (workspace/, else course/).
 FROM ?=
 TIMES ?=
 MODULE ?=
 STUDENT ?=
 ALL ?=
+UNSAFE ?=
 WORKERS ?= 3
 GRADING := $(PY) -m parlab.grading
 
 collect: setup
 	$(GRADING) collect "$(FROM)"$(if $(TIMES), --times "$(TIMES)")
 
-autograde: setup
-	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)
+autograde: setup sandbox
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
 export: setup
 	$(GRADING) export --to grades.csv

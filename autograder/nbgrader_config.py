@@ -114,8 +114,32 @@ c.ResilientExecute.run_restored_tests = False
 c.ResilientExecute.warm_kernels = True
 c.ResilientExecute.skip_after_last_test = True
 
+# --- a class that may be hostile (autograder/README.md, "The threat model") -------------------
+# Every kernel, and everything it starts, runs in a sandbox of its own (bubblewrap; see
+# parlab.grading.sandbox for its list of binds): none of the course's files but Python and lib/,
+# its own copy of the submission's folder, its own processes and loopback network, as nobody.
+# `make autograde` refuses to grade when no sandbox can be made here (`make sandbox` installs
+# bubblewrap), unless told UNSAFE=1, which is recorded and shown by `make export`.
+c.ResilientExecute.sandbox = True
+# What one submission may use, all its processes together (parlab.grading.limits); a cell that
+# hits a limit scores 0 with a message naming it.
+c.ResilientExecute.memory_limit = 4 * 2**30  # bytes of memory
+c.ResilientExecute.process_limit = 2048  # processes and threads at once
+c.ResilientExecute.file_limit = 256 * 2**20  # bytes of any one file
+c.ResilientExecute.disk_limit = 512 * 2**20  # bytes of each of /tmp, /dev/shm, its folder
+# Output per cell and per notebook (parlab.grading.outputs): past either, the rest is cut off
+# and the cell scores 0 with an OutputLimit error naming the limit.
+c.ResilientExecute.cell_output_limit = 1_000_000
+c.ResilientExecute.notebook_output_limit = 10_000_000
+
 # --- generate_feedback ------------------------------------------------------------------------
 # nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.
-# HideHiddenTests removes them from both; `python -m parlab.grading feedback` then checks
-# every generated file for any hidden-test line and withholds a file that still has one.
+# HideHiddenTests removes them from both. FeedbackGuard, the exporter, then refuses any page
+# (and any file copied beside it) that still shows a hidden-test line or a solution-only line
+# the student did not write (parlab.grading.leakcheck): nothing of that student's module
+# feedback is written, and the log names the student, module and line; this holds for the
+# formgrader's button too. `python -m parlab.grading feedback` checks every file again.
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]
+from parlab.grading.leakcheck import FeedbackGuard  # noqa: E402
+
+c.GenerateFeedback.exporter_class = FeedbackGuard

@@ -19,7 +19,9 @@ Printed: submissions per minute; wall and CPU seconds per phase summed over the 
 start, imports, answers, tests, demos, replays, kernel shutdown, and "nbgrader" for the rest of
 each worker's time: its start-up, sanitising, saving the gradebook); the peak RSS of the
 largest process of the class run; and the check: every student's score in every test cell
-equals that of its variant graded alone. Exit status 1 if one differs.
+equals that of its variant graded alone. Then the class is graded again without the sandbox
+(`--unsafe`, what `make autograde UNSAFE=1` runs), and a table shows the two side by side
+(parlab.grading.sandbox: what the sandbox costs). Exit status 1 if a score differs.
 """
 
 from __future__ import annotations
@@ -151,14 +153,18 @@ def _profiles(root: Path, students: list[str]) -> tuple[dict[str, list[float]], 
 
 
 def grade_class(root: Path, who: dict[str, str], workers: int,
-                extra: tuple[str, ...] = ()) -> ClassRun:
-    """The class (every student not named alone-*) graded by one instructor command."""
+                extra: tuple[str, ...] = (), *, unsafe: bool = False,
+                reference: dict[str, dict] | None = None) -> ClassRun:
+    """The class (every student not named alone-*) graded by one instructor command; with
+    `unsafe`, without the sandbox (`make autograde UNSAFE=1`). `reference`: the variants'
+    scores graded alone, if already known."""
     students = sorted(s for s in who if not s.startswith("alone-"))
-    reference = grade_alone(root, sorted({f"alone-{who[s]}" for s in students}))
+    if reference is None:
+        reference = grade_alone(root, sorted({f"alone-{who[s]}" for s in students}))
     start = time.perf_counter()
-    proc = instructor(root, "autograde", "--module", MODULE, "--workers", str(workers),
-                      *[a for s in students for a in ("--student", s)], "--", *PROFILE,
-                      *extra)
+    proc = instructor(root, "autograde", "--module", MODULE, "--workers", str(workers), "--all",
+                      *[a for s in students for a in ("--student", s)],
+                      *(["--unsafe"] if unsafe else []), "--", *PROFILE, *extra)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     run = GradeRun.load(root)
@@ -171,6 +177,24 @@ def grade_class(root: Path, who: dict[str, str], workers: int,
     phases, in_notebooks = _profiles(root, students)
     phases["nbgrader"] = [max(0.0, seconds * min(workers, len(students)) - in_notebooks), 0.0]
     return ClassRun(len(students), workers, seconds, peak, phases, wrong, reference)
+
+
+def side_by_side(sandboxed: ClassRun, unsafe: ClassRun) -> str:
+    """The class graded in sandboxes and without them, one table."""
+    rows = [("seconds", f"{sandboxed.seconds:.0f}", f"{unsafe.seconds:.0f}"),
+            ("submissions per minute", f"{sandboxed.per_minute:.1f}",
+             f"{unsafe.per_minute:.1f}"),
+            ("kernel start, CPU s summed", f"{sandboxed.phases['kernel start'][1]:.0f}",
+             f"{unsafe.phases['kernel start'][1]:.0f}"),
+            ("kernel shutdown, wall s summed", f"{sandboxed.phases['shutdown'][0]:.0f}",
+             f"{unsafe.phases['shutdown'][0]:.0f}"),
+            ("scores as graded alone", "yes" if not sandboxed.wrong else "NO",
+             "yes" if not unsafe.wrong else "NO")]
+    return "\n".join([f"| {sandboxed.students} submissions, {sandboxed.workers} workers | "
+                      "sandboxed (the default) | without the sandbox (UNSAFE=1) |",
+                      "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+                      "", f"sandbox / no sandbox, wall time: "
+                      f"{sandboxed.seconds / unsafe.seconds:.2f}"])
 
 
 def report(result: ClassRun) -> str:
@@ -201,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         who = prepare(root, args.students)
         result = grade_class(root, who, args.workers, tuple(args.nbgrader_args))
-        text = report(result)
+        unsafe = grade_class(root, who, args.workers, tuple(args.nbgrader_args), unsafe=True,
+                             reference=result.reference)
+        text = report(result) + "\n\n" + side_by_side(result, unsafe)
         print(text)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "class.md").write_text(text + "\n")
@@ -210,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"course root kept: {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    return 1 if result.wrong else 0
+    return 1 if result.wrong or unsafe.wrong else 0
 
 
 if __name__ == "__main__":

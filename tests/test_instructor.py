@@ -117,7 +117,11 @@ def test_nbgrader_default_feedback_would_leak(workflow) -> None:
                  f"--CourseDirectory.student_id={student}",
                  "--CourseDirectory.feedback_directory=raw",
                  '--GenerateFeedback.preprocessors=["nbgrader.preprocessors.GetGrades",'
-                 '"nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]', root=workflow["root"])
+                 '"nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]',
+                 # and nbconvert's own exporter, not the course's FeedbackGuard, which would
+                 # refuse to write the leaking page (parlab.grading.leakcheck)
+                 "--GenerateFeedback.exporter_class=nbconvert.exporters.HTMLExporter",
+                 root=workflow["root"])
     html = workflow["root"] / "raw" / student / FAULT_MODULE / f"{FAULT_MODULE}.html"
     assert leaks(html.read_text(), _hidden(FAULTS_DIR / FAULT_MODULE, FAULT_MODULE)), (
         "nbgrader's default feedback no longer leaks hidden tests?")

@@ -48,7 +48,6 @@ from parlab.grading.feedback import (
     hidden_lines,
     leaks,
     normalise,
-    write_feedback,
 )
 from parlab.grading.in_notebook import standing
 from parlab.grading.inbox import collect
@@ -84,6 +83,7 @@ from parlab.grading.runner import (
     run_nbgrader,
     submitted,
 )
+from parlab.grading.withhold import write_feedback
 
 __all__ = [
     "AUTOGRADER_DIR", "COURSE_DIR", "MIN_CHARS", "REPO_ROOT", "SOLUTIONS_DIR", "TIMEOUT_ENAME",

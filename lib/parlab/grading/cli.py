@@ -28,13 +28,14 @@ from pathlib import Path
 from parlab.grading import learner, workspace
 from parlab.grading.export import export_grades
 from parlab.grading.fake import fake_class
-from parlab.grading.feedback import write_feedback
 from parlab.grading.inbox import collect
-from parlab.grading.parallel import autograde_parallel
+from parlab.grading.parallel import SandboxMissing, autograde_parallel
 from parlab.grading.paths import REPO_ROOT
+from parlab.grading.record import graded_unsafe
 from parlab.grading.report import summary, write_report
 from parlab.grading.results import GradeRun, log_warnings
 from parlab.grading.times import TimesError
+from parlab.grading.withhold import write_feedback
 
 
 def print_run(run: GradeRun) -> None:
@@ -56,6 +57,9 @@ def print_run(run: GradeRun) -> None:
     print(f"{len(run.results)} submissions graded by {run.workers} workers in "
           f"{run.seconds:.0f} s; {len(run.unchanged)} up to date, not graded again (ALL=1 "
           f"grades them again); processes left behind (killed): {len(run.leftover)}")
+    if not run.sandbox:
+        print("WARNING: graded WITHOUT the sandbox (UNSAFE=1): every submission's code ran "
+              "with your rights; recorded in autograded/.parlab/record.json")
 
 
 def _collect(args: argparse.Namespace, root: Path) -> int:
@@ -92,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--student", action="append", help="only these students (repeatable)")
     p.add_argument("--all", action="store_true", help="grade every selected submission "
                    "again, not only new and changed ones (make autograde ALL=1)")
+    p.add_argument("--unsafe", action="store_true", help="grade without the sandbox, "
+                   "trusting every submission (make autograde UNSAFE=1); recorded")
     p.add_argument("nbgrader_args", nargs="*", help="extra nbgrader options, after --")
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", type=Path, default=None, help="CSV file (default: ROOT/grades.csv)")
@@ -155,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "autograde":
         if args.workers < 1:
             parser.error("--workers must be at least 1")
-        run = autograde_parallel(root, args.module, workers=args.workers,
-                                 students=args.student, nbgrader_args=tuple(args.nbgrader_args),
-                                 regrade_all=args.all)
+        try:
+            run = autograde_parallel(root, args.module, workers=args.workers,
+                                     students=args.student, regrade_all=args.all,
+                                     nbgrader_args=tuple(args.nbgrader_args), unsafe=args.unsafe)
+        except SandboxMissing as exc:
+            print(exc, file=sys.stderr)
+            return 2
         print_run(run)
         return 0 if all(r.score is not None for r in run.results) and not run.leftover else 1
     if args.command == "report":
@@ -171,9 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         counts = Counter(str(r["status"]) for r in rows)
         print(f"grades written to {to}: {len(rows)} rows ("
               + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + ")")
+        unsafe = graded_unsafe(root)
+        if unsafe:
+            print(f"WARNING: {len(unsafe)} of these grades come from runs WITHOUT the sandbox "
+                  "(make autograde UNSAFE=1): their code ran with your rights. "
+                  + ", ".join(f"{k} ({when})" for k, when in unsafe[:20]))
         return 0
-    withheld = write_feedback(root, args.module)
-    for html, lines in withheld:
-        print(f"WITHHELD {html}: hidden test lines visible: {lines[:3]}", file=sys.stderr)
+    withheld = write_feedback(root, args.module)  # a WITHHELD line for each, on stderr
     print(f"feedback in {root / 'feedback'}; {len(withheld)} file(s) withheld")
     return 1 if withheld else 0

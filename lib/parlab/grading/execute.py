@@ -49,7 +49,9 @@ from parlab.grading.cells import (
     has_error,
     restored,
 )
+from parlab.grading.limits import LIMIT_ENAME, SandboxOptions
 from parlab.grading.names import note_undefined_name
+from parlab.grading.outputs import OutputLimits
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
 from parlab.grading.widget_sync import OUTPUT_WIDGETS
@@ -61,7 +63,7 @@ class _Restart(Exception):
     """The kernel is gone or hung: start a new one and go on."""
 
 
-class ResilientExecute(Execute):
+class ResilientExecute(OutputLimits, SandboxOptions, Execute):
     """nbgrader's Execute, surviving dead and unresponsive kernels (see the module doc)."""
 
     submission_timeout = Integer(
@@ -95,10 +97,8 @@ class ResilientExecute(Execute):
     def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
         NotebookClient.__init__(self, nb, km)
         self.widget_registry = dict(OUTPUT_WIDGETS)  # parlab.grading.widget_sync
-        if self.warm_kernels:
-            from parlab.grading.warm import WarmKernelManager
-
-            self.kernel_manager_class = WarmKernelManager
+        if self.warm_kernels or self.sandbox:  # parlab.grading.limits
+            self.kernel_manager_class = self.manager_class(self.warm_kernels)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
         start = time.monotonic()
@@ -169,6 +169,8 @@ class ResilientExecute(Execute):
                     why_stopped = f"the kernel did not start, {failed_starts} times ({exc})"
             finally:
                 kill_kernel_tree(self._sid, self._token)
+                if (close := getattr(self.km, "close_sandbox", None)) is not None:
+                    close()
                 self._timings.mark("shutdown")
         return index, why_stopped
 
@@ -199,6 +201,7 @@ class ResilientExecute(Execute):
             cell.outputs = [error_output("TestCellDeleted", self._deleted_text(cell))]
             return False
         self._last_timeout = self.timeout
+        self._hits = self.hits(self.km)
         try:
             self.preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -215,6 +218,8 @@ class ResilientExecute(Execute):
                 "started a new one, re-ran the cells above that had succeeded, and went on; "
                 "this one scores 0."))
         self.nb.cells[index] = cell  # execute_cell stores the cell back; keep our object
+        if (limit := self._limit_hit(cell)) is not None:
+            cell.outputs.append(error_output(LIMIT_ENAME, limit))
         note_undefined_name(self.nb.cells, index)
         if restored(cell) == "edited":
             cell.outputs.insert(0, nbformat.v4.new_output("stream", name="stdout", text=(
@@ -222,8 +227,16 @@ class ResilientExecute(Execute):
                 "released.\n")))
         return not has_error(cell)
 
+    def _limit_hit(self, cell: Any) -> str | None:
+        """The message for a sandbox limit this cell hit (parlab.grading.limits), or None."""
+        text = "\n".join(str(o.get("evalue", "")) + str(o.get("text", ""))
+                         for o in cell.get("outputs", []))
+        return self.limit_error(getattr(self, "_hits", {}), self.hits(self.km), text)
+
     def _lose_kernel(self, index: int, ename: str, evalue: str) -> None:
         cell = self.nb.cells[index]
+        if (limit := self._limit_hit(cell)) is not None:
+            ename, evalue = LIMIT_ENAME, limit + " The grader started a new kernel and went on."
         cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
         cell.outputs.append(error_output(ename, evalue))
         self.log.warning("%s in cell %d (%s): restarting the kernel", ename, index,

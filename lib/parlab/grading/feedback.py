@@ -10,8 +10,12 @@ preprocessor, see autograder/nbgrader_config.py):
 - strips ANSI colours from every text output and traceback, and drops each line that contains
   a hidden-test line (compared with whitespace collapsed).
 
-`leaks(html, lines)` is the check that `write_feedback` (the instructor's `feedback` command)
-and the tests run on every generated file: which hidden-test lines can still be read in it.
+`leaks(html, lines)` says which hidden-test lines can still be read in a page (the tests' check).
+What no feedback file may show at all (hidden-test lines, and solution-only lines the student
+did not write), and the guard that applies it wherever nbgrader writes feedback, formgrader
+included, are in parlab.grading.leakcheck; parlab.grading.withhold's `write_feedback` is the
+instructor's `feedback` command: nbgrader generate_feedback under that guard, then every
+file checked again.
 """
 
 from __future__ import annotations
@@ -19,14 +23,9 @@ from __future__ import annotations
 import html as html_lib
 import re
 from collections.abc import Iterable
-from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
-
-from parlab.grading.paths import REPO_ROOT
-from parlab.grading.runner import run_nbgrader
 
 BEGIN, END = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"
 MIN_CHARS = 6  # shorter hidden lines (")", "pass") say nothing and are not looked for
@@ -119,24 +118,3 @@ def _scrub_output(output: NotebookNode, lines: set[str]) -> None:
             if mime.startswith("text/"):
                 text = "".join(value) if isinstance(value, list) else str(value)
                 data[mime] = scrub(text, lines)
-
-
-def write_feedback(root: Path = REPO_ROOT, module: str = "*") -> list[tuple[Path, list[str]]]:
-    """nbgrader generate_feedback, then withhold any file in which a hidden test can be read.
-
-    Returns (html file, leaked lines) for every file withheld (deleted); [] when none leaks.
-    """
-    root = Path(root).resolve()
-    run_nbgrader("generate_feedback", module, "--force", root=root)
-    withheld = []
-    for html in sorted((root / "feedback").glob(f"*/{module}/*.html")):
-        student, mod = html.parent.parent.name, html.parent.name
-        graded = root / "autograded" / student / mod / f"{html.stem}.ipynb"
-        if not graded.exists():
-            continue
-        found = leaks(html.read_text(), distinctive_hidden_lines(
-            nbformat.read(str(graded), as_version=4)))
-        if found:
-            html.unlink()
-            withheld.append((html, found))
-    return withheld

@@ -40,6 +40,7 @@ from parlab.grading.paths import AUTOGRADER_DIR
 from parlab.grading.record import Pair, fingerprints, stale, update_record
 from parlab.grading.results import RUN_ENV, GradeRun, leftover_processes
 from parlab.grading.runner import generate_release, submitted
+from parlab.grading.sandbox import problem as sandbox_problem
 from parlab.grading.startup import NBGRADER
 
 
@@ -143,10 +144,33 @@ def _run_workers(root: Path, pairs: list[Pair], module: str, release: Path, work
     return logs, leftover
 
 
+class SandboxMissing(RuntimeError):
+    """No sandbox can be made here, and the instructor did not say UNSAFE=1."""
+
+
+UNSAFE_ARG = "--ResilientExecute.sandbox=False"
+
+
+def sandbox_args(nbgrader_args: tuple[str, ...], unsafe: bool) -> tuple[str, ...]:
+    """The workers' nbgrader options: UNSAFE_ARG added when `unsafe`; SandboxMissing when
+    the configuration asks for a sandbox that cannot be made here (and not `unsafe`)."""
+    if unsafe:
+        return (*nbgrader_args, UNSAFE_ARG)
+    if config_value("ResilientExecute", "sandbox", False, nbgrader_args) and (
+            why := sandbox_problem()):
+        raise SandboxMissing(
+            f"not grading: every submission runs in a sandbox, and none can be made on this "
+            f"machine: {why}. Install what is missing (make sandbox), or grade without the "
+            f"sandbox, trusting every submission, with `make autograde UNSAFE=1` (recorded "
+            f"with the run and shown by make export).")
+    return nbgrader_args
+
+
 def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
                        students: list[str] | None = None, nbgrader_args: tuple[str, ...] = (),
                        worker_timeout: float | None = None, token: str | None = None,
-                       record: bool = True, regrade_all: bool = False) -> GradeRun:
+                       record: bool = True, regrade_all: bool = False,
+                       unsafe: bool = False) -> GradeRun:
     """Autograde submitted/<student>/<module>/ under `root` with `workers` nbgrader processes.
 
     module: a name or a glob ("*": every submitted module); students: only these. Of those,
@@ -155,9 +179,11 @@ def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
     worker_timeout: kill a worker after this many seconds (default: ResilientExecute's
     submission_timeout per submission, plus a margin). record: first record the modules in
     the gradebook (generate_assignment into a scratch folder); False when the caller has just
-    released them with the gradebook on.
+    released them with the gradebook on. unsafe: grade without the sandbox (`make autograde
+    UNSAFE=1`); else SandboxMissing when the course asks for one and none can be made.
     """
     start = time.perf_counter()
+    nbgrader_args = sandbox_args(tuple(nbgrader_args), unsafe)
     root = Path(root).resolve()
     selected = _select(root, module, students)
     now = fingerprints(root, selected, nbgrader_args)
@@ -181,6 +207,7 @@ def autograde_parallel(root: Path, module: str = "*", *, workers: int = 3,
     results.sort(key=lambda r: (r.module, r.student))
     run = GradeRun(results, time.perf_counter() - start, min(workers, len(graded)), leftover,
                    logs, token, unchanged)
-    update_record(root, results, now)
+    run.sandbox = not unsafe
+    update_record(root, results, now, unsafe=unsafe)
     run.save(root)
     return run

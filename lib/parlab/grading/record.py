@@ -78,16 +78,24 @@ def stale(root: Path, pairs: Iterable[Pair], now: dict) -> list[Pair]:
     return todo
 
 
-def update_record(root: Path, results: list[Graded], now: dict) -> None:
-    """Write this run's results into the record, leaving every other entry as it was."""
+def update_record(root: Path, results: list[Graded], now: dict, unsafe: bool = False) -> None:
+    """Write this run's results into the record, leaving every other entry as it was;
+    `unsafe`: graded without the sandbox (each entry says so)."""
     record = load_record(root)
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     for r in results:
         record[f"{r.module}/{r.student}"] = {**now[(r.module, r.student)], "graded_at": stamp,
-                                             "result": r.__dict__}
+                                             "sandbox": not unsafe, "result": r.__dict__}
     path = _record_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+
+
+def graded_unsafe(root: Path) -> list[tuple[str, str]]:
+    """("module/student", when) of each submission whose latest grade came from a run
+    without the sandbox (`make autograde UNSAFE=1`)."""
+    return [(key, entry.get("graded_at", "?")) for key, entry in sorted(
+        load_record(root).items()) if entry.get("sandbox") is False]
 
 
 def class_results(root: Path) -> list[Graded]:

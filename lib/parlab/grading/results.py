@@ -43,6 +43,7 @@ class GradeRun:
     logs: list[str]
     token: str = ""  # RUN_ENV value of every process this run started
     unchanged: list[tuple[str, str]] = field(default_factory=list)  # up to date, not graded
+    sandbox: bool = True  # False: graded without the sandbox (make autograde UNSAFE=1)
 
     def get(self, module: str, student: str) -> Graded:
         return next(r for r in self.results if r.module == module and r.student == student)
@@ -54,6 +55,7 @@ class GradeRun:
         path.write_text(json.dumps({
             "seconds": round(self.seconds, 1), "workers": self.workers,
             "leftover": self.leftover, "token": self.token, "unchanged": self.unchanged,
+            "sandbox": self.sandbox,
             "results": [r.__dict__ for r in self.results]}, indent=1, default=str))
 
     @classmethod
@@ -66,7 +68,8 @@ class GradeRun:
         logs = [p.read_text() for p in sorted(
             (Path(root) / "autograded" / ".parlab").glob("worker*.log"))]
         return cls(results, data["seconds"], data["workers"], data["leftover"], logs,
-                   data["token"], [tuple(p) for p in data.get("unchanged", [])])
+                   data["token"], [tuple(p) for p in data.get("unchanged", [])],
+                   data.get("sandbox", True))
 
 
 def log_warnings(logs: list[str]) -> list[str]:

@@ -29,10 +29,11 @@ holds a file or package that would replace one of the template's modules (a lear
 that file is imported as it would be in a fresh kernel. What still differs from a fresh
 kernel: the hash seed is the template's.
 
-`WarmKernelManager` is the kernel manager ResilientExecute uses when `warm_kernels` is on
+`Zygote.get()` is what parlab.grading.kernels uses when `warm_kernels` is on
 (autograder/nbgrader_config.py); if the template cannot start, or is not safe to fork (a
 module of WARM_MODULES started a Python thread, or imported matplotlib or ipywidgets, which
 must see the kernel's IPython first), kernels start the usual way and a warning says why.
+A sandboxed kernel is forked the same way, then enters its sandbox (`spawn(..., jail=)`).
 """
 
 from __future__ import annotations
@@ -47,11 +48,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from jupyter_client.manager import AsyncKernelManager
-
-from parlab.grading.zygote import LAUNCHER, recv, send
+from parlab.grading.zygote import recv, send
 
 TEMPLATE = Path(__file__).with_name("zygote.py")
 START_TIMEOUT_S = 300
@@ -139,39 +137,19 @@ class Zygote:
             return cls._instance
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str,
-              forkserver: bool = True) -> WarmProcess:
+              forkserver: bool = True, jail: dict | None = None) -> WarmProcess:
+        """A kernel forked from the template; inside the sandbox `jail` describes
+        (parlab.grading.jail), if given, whose cwd and env it then takes."""
         with self._lock:
-            send(self.sock, {"argv": argv, "env": env, "cwd": cwd, "forkserver": forkserver})
+            send(self.sock, {"argv": argv, "env": env, "cwd": cwd, "forkserver": forkserver,
+                             "jail": jail})
             reply = recv(self.sock, timeout=60)
             if not reply:
                 raise RuntimeError("the template did not answer")
             pid = int(reply["pid"])
+            if not pid:
+                send(self.sock, {"go": False})
+                raise RuntimeError("the kernel could not enter its sandbox")
             pidfd = os.pidfd_open(pid)
             send(self.sock, {"go": True})
         return WarmProcess(pid, pidfd)
-
-
-def _launcher_args(cmd: list[str]) -> list[str] | None:
-    """The arguments after `python -m ipykernel_launcher`, when `cmd` is that with this
-    Python; else None (another kernel: start it cold)."""
-    if len(cmd) > 3 and cmd[1:3] == LAUNCHER and os.path.realpath(cmd[0]) == os.path.realpath(
-            sys.executable):
-        return cmd[3:]
-    return None
-
-
-class WarmKernelManager(AsyncKernelManager):
-    """jupyter_client's manager, launching the kernel from the template (see the module doc)."""
-
-    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
-        args = _launcher_args(kernel_cmd)
-        zygote = Zygote.get() if args is not None else None
-        if zygote is None or args is None:
-            await super()._async_launch_kernel(kernel_cmd, **kw)
-            return
-        cwd = str(kw.get("cwd") or os.getcwd())
-        proc = zygote.spawn(args, dict(kw.get("env") or os.environ), cwd)
-        provisioner: Any = self.provisioner
-        provisioner.process, provisioner.pid, provisioner.pgid = proc, proc.pid, proc.pid
-        provisioner.cwd = cwd
-        self._reconcile_connection_info(provisioner.connection_info)

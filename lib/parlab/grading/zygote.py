@@ -106,19 +106,58 @@ def serve(fd: int) -> dict | None:
     signal.signal(signal.SIGCHLD, _reap)  # kernels are reaped (their CPU time counted) as they end
     while (request := recv(sock)) is not None:
         go_r, go_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+        report_r, report_w = os.pipe()
+        if os.fork() == 0:
             sock.close()
             os.close(go_w)
+            os.close(report_r)
+            _report_kernel(request, report_w)
             os.read(go_r, 1)  # wait until the grader holds a pidfd on us
             os.close(go_r)
             return request
         os.close(go_r)
-        send(sock, {"pid": pid})
+        os.close(report_w)
+        kernel = int(os.read(report_r, 32) or b"0")
+        os.close(report_r)
+        send(sock, {"pid": kernel})
         recv(sock)  # "go"
-        os.write(go_w, b"g")
+        if kernel:
+            os.write(go_w, b"g")
         os.close(go_w)
     return None
+
+
+def _report_kernel(request: dict, report: int) -> None:
+    """In the forked child: write the kernel's pid to `report` (0 if it could not start).
+    With a sandbox (request["jail"]) the kernel is a child of this one, inside the sandbox's
+    namespaces (parlab.grading.jail); this one reports it and exits."""
+    spec = request.get("jail")
+    if spec is None:
+        os.write(report, str(os.getpid()).encode())
+        os.close(report)
+        return
+    try:
+        kernel = _jail().enter(spec)
+    except BaseException as exc:  # noqa: BLE001 - never back into the template's loop
+        os.write(report, b"0")
+        print(f"[parlab] could not enter the sandbox: {exc!r}", file=sys.stderr, flush=True)
+        os._exit(1)
+    if kernel:  # outside the sandbox: hand over and go
+        os.write(report, str(kernel).encode())
+        os._exit(0)
+    os.close(report)
+
+
+def _jail() -> Any:
+    """parlab.grading.jail, loaded by path (the template imports nothing of parlab.grading)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "parlab_jail", os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _fork_forkserver() -> None:
@@ -170,7 +209,9 @@ def become_kernel(request: dict) -> None:
     import random
     import runpy
 
-    os.setsid()
+    jailed = request.get("jail") is not None
+    if os.getsid(0) != os.getpid():
+        os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -178,8 +219,10 @@ def become_kernel(request: dict) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # as jupyter_client sets it: the
-    # kernel ends when its parent, the template, has gone (and prints no connection banner)
+    if not jailed:  # as jupyter_client sets it: the kernel ends when its parent, the
+        # template, has gone (and prints no connection banner); a sandboxed kernel ends
+        # with its sandbox, and nothing in its environment names the grader
+        os.environ["JPY_PARENT_PID"] = str(os.getppid())
     shadowed = _shadowed(os.getcwd())
     if shadowed:  # a learner's torch.py (say): start cold, so that it is imported as it
         # would be in a fresh kernel, and the grade is the same
@@ -195,7 +238,7 @@ def become_kernel(request: dict) -> None:
         _fork_forkserver()
     # ipykernel read JPY_PARENT_PID when the template imported it: say it again
     sys.argv = ["ipykernel_launcher", *request["argv"],
-                f"--IPKernelApp.parent_handle={os.environ['JPY_PARENT_PID']}"]
+                f"--IPKernelApp.parent_handle={os.environ.get('JPY_PARENT_PID', '0')}"]
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
     sys.exit(0)
 

@@ -1,0 +1,91 @@
+"""The grader's kernel manager: where a submission's kernel starts, and in what.
+
+jupyter_client's AsyncKernelManager, with the two choices ResilientExecute makes
+(`kernel_manager(warm=..., limits=...)`):
+
+- warm: the kernel is forked from the grading process's template (parlab.grading.warm), or
+  started the usual way (`python -m ipykernel_launcher`);
+- limits: a `Limits` puts the kernel in a sandbox of its own (parlab.grading.sandbox), one
+  per kernel start, closed with it: a kernel restarted after a crash gets a fresh one. The
+  kernel then talks to the grader over Unix sockets in the sandbox's stage folder (the
+  `ipc` transport: its network namespace has no route to the grader's), runs with the
+  sandbox's environment (`kernel_env`), and enters through parlab.grading.jail, forked from
+  the template or as a script before `ipykernel_launcher`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+
+from parlab.grading.sandbox import Limits, Sandbox, kernel_env
+from parlab.grading.warm import Zygote
+from parlab.grading.zygote import LAUNCHER
+
+JAIL = str(Path(__file__).with_name("jail.py"))
+
+
+def _launcher_args(cmd: list[str]) -> list[str] | None:
+    """The arguments after `python -m ipykernel_launcher`, when `cmd` is that with this
+    Python; else None (another kernel: start it cold)."""
+    if len(cmd) > 3 and cmd[1:3] == LAUNCHER and os.path.realpath(cmd[0]) == os.path.realpath(
+            sys.executable):
+        return cmd[3:]
+    return None
+
+
+class GradingKernelManager(AsyncKernelManager):
+    """See the module doc; configured by subclassing (`kernel_manager`)."""
+
+    warm: bool = False
+    limits: Limits | None = None
+    sandbox: Sandbox | None = None
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+        if self.limits is not None:
+            self.close_sandbox()
+            self.sandbox = Sandbox(Path(kw.get("cwd") or os.getcwd()), self.limits)
+            self.transport, self.ip = "ipc", str(self.sandbox.ipc / "kernel")
+            self.connection_file = str(self.sandbox.ipc / "kernel.json")
+        return await super()._async_pre_start_kernel(**kw)
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+        env = dict(kw.get("env") or os.environ)
+        jail = None
+        if self.sandbox is not None:
+            os.chown(self.connection_file, self.sandbox.uid, self.sandbox.gid)
+            jail = dict(self.sandbox.spec(), env=kernel_env(env))
+        args = _launcher_args(kernel_cmd)
+        zygote = Zygote.get() if self.warm and args is not None else None
+        if zygote is None or args is None:
+            if jail is not None:
+                kernel_cmd = [sys.executable, JAIL, json.dumps(jail), "--", *kernel_cmd]
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            return
+        cwd = jail["cwd"] if jail else str(kw.get("cwd") or os.getcwd())
+        proc = zygote.spawn(args, jail["env"] if jail else env, cwd, jail=jail)
+        provisioner: Any = self.provisioner
+        provisioner.process, provisioner.pid, provisioner.pgid = proc, proc.pid, proc.pid
+        provisioner.cwd = cwd
+        self._reconcile_connection_info(provisioner.connection_info)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        await super()._async_cleanup_resources(restart)
+        self.close_sandbox()
+
+    def close_sandbox(self) -> None:
+        """Kill everything the kernel left in its sandbox and remove the sandbox."""
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+
+def kernel_manager(*, warm: bool, limits: Limits | None) -> type[GradingKernelManager]:
+    """The manager class nbclient should instantiate for these choices."""
+    return type("GradingKernelManager", (GradingKernelManager,),
+                {"warm": warm, "limits": limits})
