@@ -10,7 +10,8 @@ jupyter_client's AsyncKernelManager, with the two choices ResilientExecute makes
   kernel then talks to the grader over Unix sockets in the sandbox's stage folder (the
   `ipc` transport: its network namespace has no route to the grader's), runs with the
   sandbox's environment (`kernel_env`), and enters through parlab.grading.jail, forked from
-  the template or as a script before `ipykernel_launcher`.
+  the template or as a script before `ipykernel_launcher`. zmq drops any message from it
+  over MAX_MESSAGE_BYTES: a kernel cannot fill the grader's memory with one message.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 
 from parlab.grading.sandbox import Limits, Sandbox, kernel_env
@@ -28,6 +30,7 @@ from parlab.grading.warm import Zygote
 from parlab.grading.zygote import LAUNCHER
 
 JAIL = str(Path(__file__).with_name("jail.py"))
+MAX_MESSAGE_BYTES = 64 << 20  # one message from a sandboxed kernel
 
 
 def _launcher_args(cmd: list[str]) -> list[str] | None:
@@ -73,6 +76,15 @@ class GradingKernelManager(AsyncKernelManager):
         provisioner.process, provisioner.pid, provisioner.pgid = proc, proc.pid, proc.pid
         provisioner.cwd = cwd
         self._reconcile_connection_info(provisioner.connection_info)
+
+    def client(self, **kwargs: Any) -> Any:
+        """The grader's client: from a sandboxed kernel, a message larger than
+        MAX_MESSAGE_BYTES is dropped by zmq, never read into the grader's memory (the cell
+        then times out, with its message)."""
+        kc = super().client(**kwargs)
+        if self.sandbox is not None:
+            kc.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        return kc
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)
