@@ -123,8 +123,8 @@ c.ResilientExecute.skip_after_last_test = True
 c.ResilientExecute.sandbox = True
 # What one submission may use, all its processes together (parlab.grading.limits); a cell that
 # hits a limit scores 0 with a message naming it.
-c.ResilientExecute.memory_limit = 4 * 2**30  # bytes of memory
-c.ResilientExecute.process_limit = 2048  # processes and threads at once
+c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of memory (module 08 peaks near 4 GiB)
+c.ResilientExecute.process_limit = 1024  # processes and threads at once (08: about 650)
 c.ResilientExecute.file_limit = 256 * 2**20  # bytes of any one file
 c.ResilientExecute.disk_limit = 512 * 2**20  # bytes of each of /tmp, /dev/shm, its folder
 # Output per cell and per notebook (parlab.grading.outputs): past either, the rest is cut off

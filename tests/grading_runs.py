@@ -18,16 +18,23 @@ fault run: the class of issue 15's "Why", on the faultlab module, through the RE
     late one (its time in a CSV); `collect --times`, then `autograde --workers 3` with short
     limits and a late penalty set by the "instructor" (FAULT_ARGS). expected_class() is what
     each must score. test_faults.py, test_instructor.py and test_class.py share the run.
+    The same class holds the attack corpus (autograder/attacks/): one student per entry,
+    `attack-<name>`, the blank release with the entry's answer cells, which attack the grader
+    (read the answers, forge the gradebook, write outside, kill, leave a process, reach
+    another kernel); `outside_sandboxes` records, between collect and autograde, the
+    checksums of what they must not change, and test_attacks.py checks them after the run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +54,7 @@ from parlab.grading.cells import after_last_graded
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
 FAULTS_DIR = TESTS_DIR.parent / "autograder" / "faults"
+ATTACKS_DIR = TESTS_DIR.parent / "autograder" / "attacks"
 FAULT_MODULE = "faultlab"
 FULL, BLANK = "alice", "bob"
 WORKERS = 3
@@ -66,6 +74,10 @@ class CourseRun:
     run: GradeRun
     students: dict[str, list[str]] = field(default_factory=dict)  # module -> who submitted
     steps: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)  # CLI calls
+    # path -> checksum of what no submission may change, taken before autograde
+    # (outside_sandboxes), and when the run began (time.time()); the fault run only
+    checksums: dict[str, str] = field(default_factory=dict)
+    started: float = 0.0
 
     def autograded(self, student: str, module: str) -> nbformat.NotebookNode:
         path = self.root / "autograded" / student / module / f"{module}.ipynb"
@@ -167,6 +179,71 @@ def broken(fault: Fault, full: nbformat.NotebookNode) -> str:
     return fault.raw(text) if fault.raw else text
 
 
+# --- the attack corpus ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attack:
+    """One attack entry, autograder/attacks/<name>.py (see its README.md)."""
+
+    name: str
+    doc: str
+    answers: dict[str, str]  # answer cell grade_id -> the attacker's code
+    max_seconds: float
+
+    @property
+    def student(self) -> str:
+        return f"attack-{self.name.replace('_', '-')}"
+
+
+def load_attacks(folder: Path = ATTACKS_DIR) -> list[Attack]:
+    attacks = []
+    for path in sorted(folder.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"attack_{path.stem}", path)
+        entry = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(entry)
+        attacks.append(Attack(path.stem, (entry.__doc__ or "").strip(), dict(entry.ANSWERS),
+                              float(entry.MAX_SECONDS)))
+    return attacks
+
+
+def attacking(attack: Attack, blank: nbformat.NotebookNode) -> str:
+    """The blank release with the attack's answer cells: only an attack that worked could
+    give it a point (its answers are blank or wrong); the text submitted."""
+    nb = nbformat.from_dict(nbformat.reads(nbformat.writes(blank), as_version=4))
+    missing = set(attack.answers) - {grade_id(c) for c in nb.cells}
+    if missing:
+        raise ValueError(f"attack {attack.name}: no cell {sorted(missing)} in {FAULT_MODULE}")
+    for cell in nb.cells:
+        cell.source = attack.answers.get(grade_id(cell), cell.source)
+    return nbformat.writes(nb)
+
+
+def outside_sandboxes(root: Path) -> dict[str, str]:
+    """Checksums of what no submission may change (the attack corpus tries): the course
+    root's solutions/ and course/ and every honest student's submitted/ folder; the
+    repository's solutions/, the checks (lib/parlab/check/) and git hooks; the venv's bin/
+    and its site-packages' start-up files (*.pth, sitecustomize) and parlab's own entries.
+    path -> sha256 of the file (or "dir" for a folder, so that a new file shows as well)."""
+    repo = TESTS_DIR.parent
+    packages = Path(sys.prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}",
+                    "site-packages")
+    attackers = {a.student for a in load_attacks()}
+    trees = [root / "solutions", root / "course", repo / "solutions",
+             repo / "lib" / "parlab" / "check", repo / ".git" / "hooks"]
+    trees += [p for p in sorted((root / "submitted").glob("*")) if p.name not in attackers]
+    files = [p for tree in trees if tree.is_dir() for p in tree.rglob("*")
+             if "__pycache__" not in p.parts]
+    files += [*Path(sys.prefix, "bin").glob("*"), Path(sys.prefix, "pyvenv.cfg")]
+    files += [p for p in packages.glob("*") if p.suffix == ".pth" or "parlab" in p.name
+              or p.name.startswith(("sitecustomize", "usercustomize"))]
+    sums = {}
+    for path in files:
+        if path.is_dir():
+            sums[str(path)] = "dir"
+        elif path.is_file():
+            sums[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return sums
+
+
 def instructor(root: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m parlab.grading --root ROOT ARGS`, what the make targets call."""
     return subprocess.run([sys.executable, "-m", "parlab.grading", "--root", str(root),
@@ -197,8 +274,10 @@ def _with_outputs(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def expected_class() -> dict[str, tuple[float, float, str]]:
-    """student id -> (raw score, late penalty, grades.csv status) the class must get."""
+def expected_class(attacks: bool = True) -> dict[str, tuple[float, float, str]]:
+    """student id -> (raw score, late penalty, grades.csv status) the class must get; with
+    `attacks`, the attack corpus's students too, who score 0 (as the blank release), and no
+    other student's score depends on them."""
     expect = {FULL: (4.0, 0.0, "submitted"), BLANK: (0.0, 0.0, "submitted"),
               CAROL: (2.0, 0.0, "submitted"), RENAMED: (4.0, 0.0, "submitted"),
               NON_ASCII_ID: (4.0, 0.0, "submitted"), OUTPUTS: (4.0, 0.0, "submitted"),
@@ -206,16 +285,22 @@ def expected_class() -> dict[str, tuple[float, float, str]]:
     for fault in load_faults():
         raw = 4.0 - sum(POINTS[gid] for gid in fault.expect)
         expect[fault.student] = (raw, 0.0, "could not be read" if fault.raw else "submitted")
+    for attack in load_attacks() if attacks else []:
+        expect[attack.student] = (0.0, 0.0, "submitted")
     return expect
 
 
 def _inbox(root: Path, inbox: Path) -> None:
-    """The class's hand-ins: `fake` (alice, bob, carol), each fault, and the others."""
+    """The class's hand-ins: `fake` (alice, bob, carol), each fault, each attack, and the
+    others."""
     name = f"{FAULT_MODULE}.ipynb"
     full = full_answers(root, FAULT_MODULE)
+    blank = nbformat.read(str(root / "course" / FAULT_MODULE / name), as_version=4)
     assert instructor(root, "fake", str(inbox)).returncode == 0
     handed_in = {inbox / fault.student / FAULT_MODULE / name: broken(fault, full)
                  for fault in load_faults()}
+    handed_in.update({inbox / attack.student / FAULT_MODULE / name: attacking(attack, blank)
+                      for attack in load_attacks()})
     handed_in[inbox / RENAMED / f"{FAULT_MODULE} (1).ipynb"] = nbformat.writes(full)
     handed_in[inbox / NON_ASCII / f"Meine Lösung {NAME_TIME:%Y-%m-%dT%H-%M-%S}.ipynb"] = \
         nbformat.writes(full)
@@ -239,16 +324,18 @@ def set_due_date(root: Path) -> subprocess.CompletedProcess:
 
 
 def fault_run(root: Path, inbox: Path) -> CourseRun:
+    started = time.time()
     shutil.copytree(FAULTS_DIR / FAULT_MODULE, root / "solutions" / FAULT_MODULE)
     generate_release(FAULT_MODULE, root=root)  # what `make release` does (no gradebook)
     _inbox(root, inbox)
     steps = {"duedate": set_due_date(root),
              "collect": instructor(root, "collect", str(inbox), "--times",
-                                   str(inbox.parent / "times.csv")),
-             "autograde": instructor(root, "autograde", "--workers", str(WORKERS), "--",
-                                     *FAULT_ARGS)}
+                                   str(inbox.parent / "times.csv"))}
+    checksums = outside_sandboxes(root)  # what the attacks must leave as it is
+    steps["autograde"] = instructor(root, "autograde", "--workers", str(WORKERS), "--",
+                                    *FAULT_ARGS)
     for step, proc in steps.items():
         assert proc.returncode == 0 or step == "autograde", (
             f"{step}: {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return CourseRun(root, {FAULT_MODULE: FAULTS_DIR / FAULT_MODULE}, GradeRun.load(root),
-                     {FAULT_MODULE: sorted(expected_class())}, steps)
+                     {FAULT_MODULE: sorted(expected_class())}, steps, checksums, started)

@@ -40,6 +40,7 @@ from grading_runs import (
     expected_class,
     full_answers,
     instructor,
+    load_attacks,
     load_faults,
 )
 from nbgrader.utils import parse_utc
@@ -88,6 +89,8 @@ def _expected_pass_rates() -> dict[str, float]:
     failed[CAROL] = {"mean_test"}
     for fault in load_faults():
         failed[fault.student] = set(fault.expect)
+    for attack in load_attacks():  # the blank release, with an attack in its answers
+        failed[attack.student] = set(POINTS)
     return {t: sum(t not in f for f in failed.values()) / len(failed) for t in POINTS}
 
 

@@ -17,7 +17,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -73,6 +75,7 @@ if os.fork() == 0:  # a daemon, double-forked, that would act after grading
 
 print(json.dumps({
     "uid": os.getuid(), "cwd": os.getcwd(), "files": sorted(os.listdir(".")),
+    "copied_from": sorted(os.listdir("/run/submission")),
     "env": sorted(os.environ), "pids": len([p for p in os.listdir("/proc") if p.isdigit()]),
     "solutions": os.path.exists("SOLUTIONS"),
     "canary": can_read("CANARY"), "write_canary": can_write("CANARY"),
@@ -87,6 +90,8 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
     outside = tmp_path / "submission"
     outside.mkdir()
     (outside / "data.txt").write_text("the learner's own file")
+    # what nbgrader writes there before running it: the notebook, hidden tests restored
+    (outside / "graded.ipynb").write_text("### BEGIN HIDDEN TESTS")
     canary = tmp_path / "canary.txt"
     canary.write_text("the grader's")
     listener = socket.socket()
@@ -95,8 +100,11 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
     source = (LOOK.replace("SOLUTIONS", str(REPO_ROOT / "solutions")).replace("CANARY", str(canary))
               .replace("OUTSIDE", str(outside)).replace("LIB", str(REPO_ROOT / "lib" / "parlab"))
               .replace("PORT", str(listener.getsockname()[1])).replace("MARK", MARK))
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    # the look, then a kernel that dies: its sandbox must be closed all the same
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source),
+                                         nbformat.v4.new_code_cell("import os; os._exit(1)")])
     executor = ResilientExecute(timeout=60, warm_kernels=warm, sandbox=True)
+    stages = set(Path(tempfile.gettempdir()).glob("parlab-sandbox-*"))
     env = {"PARLAB_GRADE_RUN": "secret-run", "JPY_PARENT_PID": "1"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -106,11 +114,14 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
         listener.close()
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    left = set(Path(tempfile.gettempdir()).glob("parlab-sandbox-*")) - stages
+    assert not left, f"sandboxes left behind after the notebook: {left}"
     outputs = nb.cells[0].outputs
     text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
     assert text, f"the notebook printed nothing: {outputs}"
     return json.loads(text.strip().splitlines()[-1]), {
-        "canary": canary.read_text(), "outside": sorted(p.name for p in outside.iterdir())}
+        "canary": canary.read_text(), "outside": sorted(p.name for p in outside.iterdir()),
+        "died": nb.cells[1].outputs[-1].get("ename")}
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
@@ -118,11 +129,14 @@ def test_a_sandboxed_kernel_sees_and_reaches_only_its_own(tmp_path, warm) -> Non
     seen, after = _look(tmp_path, warm)
     assert seen["uid"] == (65534 if os.geteuid() == 0 else os.getuid())
     assert seen["cwd"] == "/home/learner/submission" and "data.txt" in seen["files"], seen
+    assert "graded.ipynb" not in seen["files"] + seen["copied_from"], "it can read the notebook "
+    "nbgrader runs, hidden tests included"
     assert not seen["solutions"], "the kernel could see the repository's solutions/"
     assert not seen["canary"] and not seen["write_canary"], "it reached the grader's files"
     assert not seen["write_outside"] and not seen["write_lib"], "it wrote outside its copy"
     assert seen["own_file"], "it could not write in its own folder"
-    assert after == {"canary": "the grader's", "outside": ["data.txt"]}, after
+    assert after == {"canary": "the grader's", "outside": ["data.txt", "graded.ipynb"],
+                     "died": "KernelDied"}, after
     assert not seen["port"], "it reached a TCP port of the grader's network"
     assert not {"PARLAB_GRADE_RUN", "JPY_PARENT_PID", "PARLAB_KERNEL"} & set(seen["env"])
     assert seen["pids"] < 20, f"it sees {seen['pids']} processes: not its own PID namespace"

@@ -24,5 +24,5 @@ def double(x):
     except OSError as exc:
         raise RuntimeError(f"fork refused after {children} children: {exc}") from exc
 '''}
-EXPECT = {"double_test": ("LimitExceeded", "processes")}
+EXPECT = {"double_test": ("LimitExceeded", "limit per submission")}  # processes, or memory first
 MAX_SECONDS = 60

@@ -5,6 +5,9 @@ every process of the sandbox together, forks and threads included, and its own c
 when a limit was hit (the kernel's out-of-memory killer ran, a fork was refused). Both cgroup
 layouts are handled: v2 (one tree with `memory.max`, `pids.max`, `*.events`) and v1 (a tree
 per controller: `memory.limit_in_bytes`, `memory.oom_control`, `pids.max`, `pids.events`).
+Where the cpu controller is there too, each sandbox is one group for the CPU scheduler, with
+the default weight: a thousand processes of one submission get the CPU time of one, so a fork
+bomb does not slow the submissions graded beside it.
 
 `Cgroups.create(name, memory_bytes=..., processes=...)` makes them (where this process may
 write the hierarchy: root, or a delegated subtree), `procs` lists the files a process writes
@@ -34,7 +37,7 @@ def _mounts() -> dict[str, Path]:
         if kind == "cgroup2":
             found.setdefault("v2", where)
         elif kind == "cgroup":
-            for controller in ("memory", "pids"):
+            for controller in ("memory", "pids", "cpu"):
                 if controller in options:
                     found.setdefault(controller, where)
     return found
@@ -51,7 +54,7 @@ def _roots() -> dict[str, Path]:
     """controller -> the folder new cgroups go in (v1 preferred where both are mounted)."""
     mounts = _mounts()
     if "memory" in mounts and "pids" in mounts:
-        return {"memory": mounts["memory"], "pids": mounts["pids"]}
+        return {c: mounts[c] for c in ("memory", "pids", "cpu") if c in mounts}
     if "v2" in mounts and _v2_ready(mounts["v2"]):
         return {"v2": mounts["v2"]}
     return {}
@@ -89,6 +92,7 @@ class Cgroups:
     @classmethod
     def create(cls, name: str, *, memory_bytes: int, processes: int) -> Cgroups:
         roots = _roots()
+        _sweep(roots)
         made = cls({c: root / f"{_PREFIX}{name}" for c, root in roots.items()})
         for folder in made.folders.values():
             folder.mkdir()
@@ -135,6 +139,22 @@ class Cgroups:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.02)
+
+
+STALE_S = 3600  # a sandbox lives at most a submission's time limit (900 s by default)
+
+
+def _sweep(roots: dict[str, Path]) -> None:
+    """Remove our cgroups left empty by an earlier run that could not (their last
+    processes were still exiting when it gave up waiting): those older than STALE_S."""
+    old = time.time() - STALE_S
+    for root in roots.values():
+        for folder in root.glob(f"{_PREFIX}*"):
+            try:
+                if folder.stat().st_mtime < old and not _members(folder):
+                    folder.rmdir()
+            except OSError:
+                pass
 
 
 def _members(folder: Path) -> list[int]:

@@ -132,13 +132,13 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
             if time.monotonic() >= self._deadline:
                 why_stopped = self._limit_text()
                 break
-            started = False
+            started, km = False, None
             try:
                 mark = uuid.uuid4().hex
                 self._token = f"{KERNEL_ENV}={mark}"
                 self._timings.start()
                 with self.setup_kernel(env=dict(os.environ, **{KERNEL_ENV: mark})):
-                    started = True
+                    started, km = True, self.km  # nbclient drops self.km when done
                     self._sid = self._kernel_session()
                     info = self.wait_for_reply(self.kc.kernel_info()) or {}
                     self.nb.metadata["language_info"] = info.get("content", {}).get(
@@ -169,8 +169,8 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
                     why_stopped = f"the kernel did not start, {failed_starts} times ({exc})"
             finally:
                 kill_kernel_tree(self._sid, self._token)
-                if (close := getattr(self.km, "close_sandbox", None)) is not None:
-                    close()
+                if (close := getattr(km, "close_sandbox", None)) is not None:
+                    close()  # also when the kernel died (parlab.grading.kernels)
                 self._timings.mark("shutdown")
         return index, why_stopped
 

@@ -7,8 +7,9 @@ jupyter_client's AsyncKernelManager, with the two choices ResilientExecute makes
   started the usual way (`python -m ipykernel_launcher`);
 - limits: a `Limits` puts the kernel in a sandbox of its own (parlab.grading.sandbox), one
   per kernel start, closed with it: a kernel restarted after a crash gets a fresh one. The
-  kernel then talks to the grader over Unix sockets in the sandbox's stage folder (the
-  `ipc` transport: its network namespace has no route to the grader's), runs with the
+  kernel then talks to the grader over Unix sockets in a small tmpfs of its sandbox (the
+  `ipc` transport: its network namespace has no route to the grader's), which the grader
+  reaches through /proc/<holder>/root; it runs with the
   sandbox's environment (`kernel_env`), and enters through parlab.grading.jail, forked from
   the template or as a script before `ipykernel_launcher`. zmq drops any message from it
   over MAX_MESSAGE_BYTES: a kernel cannot fill the grader's memory with one message.
@@ -25,7 +26,7 @@ from typing import Any
 import zmq
 from jupyter_client.manager import AsyncKernelManager
 
-from parlab.grading.sandbox import Limits, Sandbox, kernel_env
+from parlab.grading.sandbox import IPC_DIR, Limits, Sandbox, kernel_env
 from parlab.grading.warm import Zygote
 from parlab.grading.zygote import LAUNCHER
 
@@ -50,18 +51,30 @@ class GradingKernelManager(AsyncKernelManager):
     sandbox: Sandbox | None = None
 
     async def _async_pre_start_kernel(self, **kw: Any) -> Any:
-        if self.limits is not None:
-            self.close_sandbox()
-            self.sandbox = Sandbox(Path(kw.get("cwd") or os.getcwd()), self.limits)
-            self.transport, self.ip = "ipc", str(self.sandbox.ipc / "kernel")
-            self.connection_file = str(self.sandbox.ipc / "kernel.json")
-        return await super()._async_pre_start_kernel(**kw)
+        if self.limits is None:
+            return await super()._async_pre_start_kernel(**kw)
+        self.close_sandbox()
+        self.sandbox = sandbox = Sandbox(Path(kw.get("cwd") or os.getcwd()), self.limits)
+        # the grader reaches the kernel's socket folder through /proc/<holder>/root; the
+        # kernel, inside, at IPC_DIR: the connection file says the kernel's side
+        outside = sandbox.ipc_outside
+        self.transport, self.ip = "ipc", str(outside / "kernel")
+        self.connection_file = str(outside / "kernel.json")
+        kernel_cmd, kw = await super()._async_pre_start_kernel(**kw)
+        info = json.loads(Path(self.connection_file).read_text())
+        Path(self.connection_file).write_text(json.dumps(dict(info, ip=f"{IPC_DIR}/kernel")))
+        os.chown(self.connection_file, sandbox.uid, sandbox.gid)
+        inside = f"{IPC_DIR}/kernel.json"
+        return [inside if arg == self.connection_file else arg for arg in kernel_cmd], kw
+
+    def _reconcile_connection_info(self, info: Any) -> None:
+        if self.sandbox is None:  # else the file holds the kernel's side on purpose
+            super()._reconcile_connection_info(info)
 
     async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
         env = dict(kw.get("env") or os.environ)
         jail = None
         if self.sandbox is not None:
-            os.chown(self.connection_file, self.sandbox.uid, self.sandbox.gid)
             jail = dict(self.sandbox.spec(), env=kernel_env(env))
         args = _launcher_args(kernel_cmd)
         zygote = Zygote.get() if self.warm and args is not None else None
@@ -89,6 +102,8 @@ class GradingKernelManager(AsyncKernelManager):
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)
         self.close_sandbox()
+
+    cleanup_resources = _async_cleanup_resources  # AsyncKernelManager's name for it
 
     def close_sandbox(self) -> None:
         """Kill everything the kernel left in its sandbox and remove the sandbox."""

@@ -7,8 +7,8 @@ submission's processes together:
 
 | option          | default  | what hitting it does                                        |
 |-----------------|----------|-------------------------------------------------------------|
-| memory_limit    | 4 GiB    | the kernel's out-of-memory killer ends a process of the tree |
-| process_limit   | 2048     | a fork or a new thread is refused                            |
+| memory_limit    | 6 GiB    | the kernel's out-of-memory killer ends a process of the tree |
+| process_limit   | 1024     | a fork or a new thread is refused                            |
 | file_limit      | 256 MiB  | writing past it fails (SIGXFSZ / "File too large")            |
 | disk_limit      | 512 MiB  | each of /tmp, /dev/shm and the home folder is full           |
 

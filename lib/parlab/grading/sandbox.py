@@ -9,9 +9,11 @@ kernel through parlab.grading.jail. What the sandbox holds is the list in `_bind
 |-------------------------------|----------------------------------------------------|--------|
 | /usr, /bin, /lib*, some /etc  | the system: programs, libraries, users, hosts      | read   |
 | <python>, <venv>, <repo>/lib  | Python, torch, the course's library (same paths)   | read   |
-| /home/learner/<folder>        | a private copy of the submission's folder (tmpfs)  | write  |
+| /home/learner/<folder>        | a private copy of the submission's folder (tmpfs), | write  |
+|                               | without notebooks (the graded one holds the hidden |        |
+|                               | tests); /run/submission: what it was copied from   | read   |
 | /tmp, /dev/shm                | private, of bounded size (tmpfs)                   | write  |
-| <stage>/ipc                   | the kernel's connection file and sockets (same path) | write |
+| /run/kernel                   | the kernel's connection file and sockets (1 MiB)   | write  |
 | /proc, /dev                   | of its own PID namespace; a minimal /dev           |        |
 
 Nothing else is mounted: not solutions/, not a gradebook, not submitted/, autograded/ or
@@ -48,6 +50,8 @@ from parlab.grading import cgroups
 from parlab.grading.paths import REPO_ROOT
 
 HOME = "/home/learner"
+IPC_DIR = "/run/kernel"  # the kernel's connection file and sockets, in the sandbox
+IPC_BYTES = 1 << 20
 NOBODY = 65534
 START_TIMEOUT_S = 30
 ETC = ("passwd", "group", "hosts", "nsswitch.conf", "localtime", "ld.so.cache", "ld.so.conf",
@@ -65,8 +69,8 @@ KEEP_PREFIXES = ("LC_", "OMP_", "MKL_", "TORCH_", "NCCL_", "GLOO_", "PARLAB_BACK
 class Limits:
     """What one submission may use, all its processes together."""
 
-    memory_bytes: int = 4 << 30
-    processes: int = 2048  # processes and threads (module 08 with 8 ranks: a few hundred)
+    memory_bytes: int = 6 << 30  # module 08 (8 ranks) peaks near 4 GiB, page cache included
+    processes: int = 1024  # processes and threads (module 08, 8 ranks: about 650)
     file_bytes: int = 256 << 20  # any one file
     disk_bytes: int = 512 << 20  # each of /tmp, /dev/shm and the home folder
 
@@ -148,15 +152,13 @@ class Sandbox:
         self.root = os.geteuid() == 0
         self.uid, self.gid = (NOBODY, NOBODY) if self.root else (os.getuid(), os.getgid())
         self.stage = Path(tempfile.mkdtemp(prefix="parlab-sandbox-"))
-        self.ipc = self.stage / "ipc"
-        self.ipc.mkdir()
-        os.chown(self.ipc, self.uid, self.gid)
-        self.cgroups = cgroups.Cgroups.create(self.stage.name, memory_bytes=limits.memory_bytes,
+        self.cgroups = cgroups.Cgroups.create(self.stage.name.removeprefix("parlab-"),
+                                              memory_bytes=limits.memory_bytes,
                                               processes=limits.processes)
         self.holder: subprocess.Popen | None = None
         self.pid = 0  # the holder's PID-namespace init, seen from outside
         try:
-            self._start(folder)
+            self._start(self._copy(folder))
         except BaseException:
             self.close()
             raise
@@ -164,6 +166,18 @@ class Sandbox:
     @property
     def cwd(self) -> str:
         return f"{HOME}/{self.name}"
+
+    @property
+    def ipc_outside(self) -> Path:
+        """The kernel's socket folder (IPC_DIR in the sandbox) as the grader reaches it."""
+        return Path(f"/proc/{self.pid}/root{IPC_DIR}")
+
+    def _copy(self, folder: Path) -> Path:
+        """What of `folder` the sandbox gets: its files, never a notebook (the one nbgrader
+        grades holds the hidden tests) and never what a link points to."""
+        copy = self.stage / "submission"
+        shutil.copytree(folder, copy, symlinks=True, ignore=shutil.ignore_patterns("*.ipynb"))
+        return copy
 
     def _binds(self, folder: Path) -> list[str]:
         size = str(self.limits.disk_bytes)
@@ -174,7 +188,7 @@ class Sandbox:
             "--perms", "0755", "--dir", "/home",
             "--perms", "1777", "--size", size, "--tmpfs", HOME,
             "--perms", "0755", "--dir", "/run", "--ro-bind", str(folder), "/run/submission",
-            *_dirs(str(self.ipc) + "/x"), "--bind", str(self.ipc), str(self.ipc),
+            "--perms", "1777", "--size", str(IPC_BYTES), "--tmpfs", IPC_DIR,
         ]
 
     def _start(self, folder: Path) -> None:
