@@ -34,6 +34,7 @@ from grading_runs import (
     BLANK,
     FAULT_MODULE,
     FAULTS_DIR,
+    NO_SANDBOX,
     expected_class,
     load_attacks,
     outside_sandboxes,
@@ -42,7 +43,8 @@ from grading_runs import (
 from parlab.grading import HideHiddenTests, leftover_processes
 from parlab.grading.leakcheck import file_text, find_secrets, secret_lines
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    NO_SANDBOX, reason="no sandbox on this machine (tests/grading_runs.py: NO_SANDBOX)")]
 
 ATTACKS = load_attacks()
 ATTACKERS = {a.student for a in ATTACKS}

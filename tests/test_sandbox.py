@@ -23,15 +23,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from grading_runs import FAULT_MODULE, FAULTS_DIR, _submit, full_answers
+from grading_runs import FAULT_MODULE, FAULTS_DIR, NO_SANDBOX, _submit, full_answers
 
 from parlab.grading import REPO_ROOT, ResilientExecute, generate_release
 from parlab.grading.sandbox import problem
 
-# Outside CI, a machine that cannot make a sandbox (not root, no cgroups) skips these; CI,
-# as root with bubblewrap from `make sandbox`, always runs them (tests/grading_runs.py).
-pytestmark = pytest.mark.skipif(problem() is not None and not os.environ.get("CI"),
-                                reason=f"no sandbox here: {problem()}")
+pytestmark = pytest.mark.skipif(NO_SANDBOX, reason=f"no sandbox here: {problem()}")
 
 MARK = "parlab-sandbox-test-daemon"
 LOOK = '''
