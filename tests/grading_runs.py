@@ -156,12 +156,20 @@ class Fault:
         return f"fault-{self.name.replace('_', '-')}"
 
 
-def load_faults(folder: Path = FAULTS_DIR) -> list[Fault]:
-    faults = []
+def _entries(folder: Path, kind: str) -> list[tuple[Path, object]]:
+    """Each corpus entry <folder>/<name>.py, loaded as a module, by name."""
+    loaded = []
     for path in sorted(folder.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"fault_{path.stem}", path)
+        spec = importlib.util.spec_from_file_location(f"{kind}_{path.stem}", path)
         entry = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(entry)
+        loaded.append((path, entry))
+    return loaded
+
+
+def load_faults(folder: Path = FAULTS_DIR) -> list[Fault]:
+    faults = []
+    for path, entry in _entries(folder, "fault"):
         faults.append(Fault(
             path.stem, (entry.__doc__ or "").strip(), getattr(entry, "ANSWERS", {}),
             getattr(entry, "EDIT_TESTS", {}), list(getattr(entry, "DELETE", [])),
@@ -201,14 +209,8 @@ class Attack:
 
 
 def load_attacks(folder: Path = ATTACKS_DIR) -> list[Attack]:
-    attacks = []
-    for path in sorted(folder.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"attack_{path.stem}", path)
-        entry = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(entry)
-        attacks.append(Attack(path.stem, (entry.__doc__ or "").strip(), dict(entry.ANSWERS),
-                              float(entry.MAX_SECONDS)))
-    return attacks
+    return [Attack(path.stem, (entry.__doc__ or "").strip(), dict(entry.ANSWERS),
+                   float(entry.MAX_SECONDS)) for path, entry in _entries(folder, "attack")]
 
 
 def attacking(attack: Attack, blank: nbformat.NotebookNode) -> str:
