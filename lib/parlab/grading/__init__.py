@@ -17,6 +17,9 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
   `fake_class`.
 - the grading pipeline: `autograde_parallel` (workers, one gradebook writer) returning a
   `GradeRun` of `Graded`; `leftover_processes`, `kill_kernel_tree`; `collect`.
+- the sandbox every graded kernel runs in: parlab.grading.sandbox (`Sandbox`, `Limits`,
+  `problem`), its limits as nbgrader options (parlab.grading.limits), the kernel manager
+  that starts kernels in it (parlab.grading.kernels).
 - nbgrader preprocessors named in autograder/nbgrader_config.py: `ResilientExecute` (every
   submission graded, whatever its kernel does), `ParlabOverwriteCells` (restored test cells
   marked), `HideHiddenTests` (feedback without hidden tests).

@@ -10,7 +10,7 @@ jupyter_client's AsyncKernelManager, with the two choices ResilientExecute makes
   kernel then talks to the grader over Unix sockets in a small tmpfs of its sandbox (the
   `ipc` transport: its network namespace has no route to the grader's), which the grader
   reaches through /proc/<holder>/root; it runs with the
-  sandbox's environment (`kernel_env`), and enters through parlab.grading.jail, forked from
+  sandbox's environment (`kernel_env`), and enters through parlab.grading.sandbox.jail, forked from
   the template or as a script before `ipykernel_launcher`. zmq drops any message from it
   over MAX_MESSAGE_BYTES: a kernel cannot fill the grader's memory with one message.
 """
@@ -30,7 +30,7 @@ from parlab.grading.sandbox import IPC_DIR, Limits, Sandbox, kernel_env
 from parlab.grading.warm import Zygote
 from parlab.grading.zygote import LAUNCHER
 
-JAIL = str(Path(__file__).with_name("jail.py"))
+JAIL = str(Path(__file__).parent / "sandbox" / "jail.py")
 MAX_MESSAGE_BYTES = 64 << 20  # one message from a sandboxed kernel
 
 

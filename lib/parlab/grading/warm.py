@@ -139,7 +139,7 @@ class Zygote:
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str,
               forkserver: bool = True, jail: dict | None = None) -> WarmProcess:
         """A kernel forked from the template; inside the sandbox `jail` describes
-        (parlab.grading.jail), if given, whose cwd and env it then takes."""
+        (parlab.grading.sandbox.jail), if given, whose cwd and env it then takes."""
         with self._lock:
             send(self.sock, {"argv": argv, "env": env, "cwd": cwd, "forkserver": forkserver,
                              "jail": jail})

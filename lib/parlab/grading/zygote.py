@@ -130,7 +130,7 @@ def serve(fd: int) -> dict | None:
 def _report_kernel(request: dict, report: int) -> None:
     """In the forked child: write the kernel's pid to `report` (0 if it could not start).
     With a sandbox (request["jail"]) the kernel is a child of this one, inside the sandbox's
-    namespaces (parlab.grading.jail); this one reports it and exits."""
+    namespaces (parlab.grading.sandbox.jail); this one reports it and exits."""
     spec = request.get("jail")
     if spec is None:
         os.write(report, str(os.getpid()).encode())
@@ -149,11 +149,13 @@ def _report_kernel(request: dict, report: int) -> None:
 
 
 def _jail() -> Any:
-    """parlab.grading.jail, loaded by path (the template imports nothing of parlab.grading)."""
+    """parlab.grading.sandbox.jail, loaded by path (the template imports nothing of
+    parlab.grading)."""
     import importlib.util
 
+    here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location(
-        "parlab_jail", os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py"))
+        "parlab_jail", os.path.join(here, "sandbox", "jail.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -3,7 +3,7 @@
 Grading runs a stranger's code. Each kernel (and every process it starts: the ranks, the
 forkserver, anything forked or left behind) lives in a sandbox of its own, made here by
 bubblewrap (`bwrap`, Debian's package `bubblewrap`, as Flatpak uses it) and joined by the
-kernel through parlab.grading.jail. What the sandbox holds is the list in `_binds`:
+kernel through parlab.grading.sandbox.jail. What the sandbox holds is the list in `_binds`:
 
 | path in the sandbox           | what it is                                         |        |
 |-------------------------------|----------------------------------------------------|--------|
@@ -25,7 +25,7 @@ grader is root (else as the grader's user, inside a user namespace), without cap
 with `no_new_privs`. Its environment is an allow-list (`kernel_env`): nothing names the run.
 
 Limits (`Limits`): memory and processes of the whole tree in a cgroup
-(parlab.grading.cgroups), the size of any file written (RLIMIT_FSIZE), the disk of /tmp,
+(parlab.grading.sandbox.cgroups), the size of any file written (RLIMIT_FSIZE), the disk of /tmp,
 /dev/shm and the home folder (tmpfs sizes); `hits()` says which were reached, for the
 executor to score the cell 0 with a message naming the limit.
 
@@ -46,9 +46,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from parlab.grading import cgroups
-from parlab.grading.paths import REPO_ROOT
+import parlab
+from parlab.grading.sandbox import cgroups
 
+LIB = os.path.dirname(os.path.dirname(os.path.abspath(parlab.__file__)))  # the course's lib/
 HOME = "/home/learner"
 IPC_DIR = "/run/kernel"  # the kernel's connection file and sockets, in the sandbox
 IPC_BYTES = 1 << 20
@@ -136,7 +137,7 @@ def _python() -> list[str]:
     """Read-only binds of this Python (its installation, the venv) and the course's lib/, at
     their own paths: the editable install and the venv's links point there."""
     found: list[str] = []
-    for path in (sys.base_prefix, sys.prefix, str(REPO_ROOT / "lib")):
+    for path in (sys.base_prefix, sys.prefix, LIB):
         real = os.path.realpath(path)
         if real.startswith("/usr/") or real in found:
             continue
@@ -228,7 +229,7 @@ class Sandbox:
         return f"bwrap failed: {(err or b'').decode(errors='replace').strip()[-300:]}"
 
     def spec(self) -> dict:
-        """What parlab.grading.jail needs to enter this sandbox."""
+        """What parlab.grading.sandbox.jail needs to enter this sandbox."""
         return {"holder": self.pid, "uid": self.uid, "gid": self.gid, "cwd": self.cwd,
                 "cgroups": self.cgroups.procs, "file_bytes": self.limits.file_bytes}
 

@@ -10,9 +10,10 @@ the default weight: a thousand processes of one submission get the CPU time of o
 bomb does not slow the submissions graded beside it.
 
 `Cgroups.create(name, memory_bytes=..., processes=...)` makes them (where this process may
-write the hierarchy: root, or a delegated subtree), `procs` lists the files a process writes
-its pid into to join (parlab.grading.jail does, before entering the sandbox), `hits()` counts
-what was refused so far, and `remove()` deletes them once their processes are gone.
+write the hierarchy: root, or a delegated subtree), `procs` lists the files a process
+writes its pid into to join (parlab.grading.sandbox.jail does, before entering the
+sandbox), `hits()` counts what was refused so far, and `remove()` deletes them once their
+processes are gone.
 `where()` says why there is none, for the grader to print.
 """
 
