@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import nbformat
 import pytest
 from grading_runs import FAULT_MODULE, FAULTS_DIR, NO_SANDBOX, _submit, full_answers
 
-from parlab.grading import REPO_ROOT, ResilientExecute, generate_release
+from parlab.grading import REPO_ROOT, ResilientExecute, generate_release, kernels
 from parlab.grading.sandbox import problem
 
 pytestmark = pytest.mark.skipif(NO_SANDBOX, reason=f"no sandbox here: {problem()}")
@@ -83,7 +82,7 @@ print(json.dumps({
 '''
 
 
-def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
+def _look(tmp_path, warm: bool, monkeypatch) -> tuple[dict, dict]:
     outside = tmp_path / "submission"
     outside.mkdir()
     (outside / "data.txt").write_text("the learner's own file")
@@ -101,7 +100,14 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source),
                                          nbformat.v4.new_code_cell("import os; os._exit(1)")])
     executor = ResilientExecute(timeout=60, warm_kernels=warm, sandbox=True)
-    stages = set(Path(tempfile.gettempdir()).glob("parlab-sandbox-*"))
+    made: list[Path] = []  # the stage folder of each sandbox this notebook's kernels had
+
+    class Recorded(kernels.Sandbox):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self.stage)
+
+    monkeypatch.setattr(kernels, "Sandbox", Recorded)
     env = {"PARLAB_GRADE_RUN": "secret-run", "JPY_PARENT_PID": "1"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -111,7 +117,8 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
         listener.close()
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    left = set(Path(tempfile.gettempdir()).glob("parlab-sandbox-*")) - stages
+    left = [stage for stage in made if stage.exists()]
+    assert made, "no sandbox was made"
     assert not left, f"sandboxes left behind after the notebook: {left}"
     outputs = nb.cells[0].outputs
     text = "".join(o.get("text", "") for o in outputs if o.get("name") == "stdout")
@@ -122,8 +129,8 @@ def _look(tmp_path, warm: bool) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-def test_a_sandboxed_kernel_sees_and_reaches_only_its_own(tmp_path, warm) -> None:
-    seen, after = _look(tmp_path, warm)
+def test_a_sandboxed_kernel_sees_and_reaches_only_its_own(tmp_path, warm, monkeypatch) -> None:
+    seen, after = _look(tmp_path, warm, monkeypatch)
     assert seen["uid"] == (65534 if os.geteuid() == 0 else os.getuid())
     assert seen["cwd"] == "/home/learner/submission" and "data.txt" in seen["files"], seen
     assert "graded.ipynb" not in seen["files"] + seen["copied_from"], "it can read the notebook "
