@@ -183,9 +183,10 @@ class Sandbox:
     def _binds(self, folder: Path) -> list[str]:
         size = str(self.limits.disk_bytes)
         return [
-            *_system(), "--proc", "/proc", "--dev", "/dev", *_python(),
+            *_system(), "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+            *_python(),  # after /tmp: a venv or a clone under /tmp must not be hidden by it
             "--perms", "0755", "--dir", "/home",
             "--perms", "1777", "--size", size, "--tmpfs", HOME,
             "--perms", "0755", "--dir", "/run", "--ro-bind", str(folder), "/run/submission",
