@@ -64,13 +64,17 @@ FAULT_MODULE = "faultlab"
 NO_SANDBOX = sandbox_problem() is not None and not os.environ.get("CI")
 FULL, BLANK = "alice", "bob"
 WORKERS = 3
-# The instructor's limits for the fault run: a cell may run 15 s, a notebook 120 s.
+# The instructor's limits for the fault run: a cell may run 15 s, a notebook 120 s, a
+# submission 3 GiB of memory and 256 processes.
 CELL_TIMEOUT_S, SUBMISSION_TIMEOUT_S = 15, 120
 FAULT_ARGS = (f"--Execute.timeout={CELL_TIMEOUT_S}",
               f"--ResilientExecute.submission_timeout={SUBMISSION_TIMEOUT_S}",
               # ... and a late penalty (autograder/README.md, "Due dates and late work")
               "--AssignLatePenalties.plugin_class=parlab.grading.late.PenaltyPerDay",
-              "--PenaltyPerDay.share_per_day=0.1")
+              "--PenaltyPerDay.share_per_day=0.1",
+              # ... and limits that fit faultlab (3 ranks at most), so that the entries that
+              # exhaust memory and processes reach them in seconds on 2 cores
+              "--ResilientExecute.memory_limit=3221225472", "--ResilientExecute.process_limit=256")
 
 
 @dataclass

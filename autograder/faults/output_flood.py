@@ -1,4 +1,4 @@
-"""Output without end: a test that prints 50 MB, line by line.
+"""Output without end: a test that prints 5 MB, line by line (five times the limit per cell).
 
 Expected: the grader keeps at most ResilientExecute.cell_output_limit bytes of the cell's
 output (parlab.grading.outputs), drops the rest as it arrives (neither the notebook, the
@@ -9,7 +9,7 @@ OutputLimit naming the limit; square_test is graded.
 ANSWERS = {"double_answer": '''\
 def double(x):
     line = "spam " * 20
-    for _ in range(500_000):
+    for _ in range(50_000):
         print(line)
     return 2 * x
 '''}
