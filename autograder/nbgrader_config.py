@@ -121,6 +121,11 @@ c.ResilientExecute.skip_after_last_test = True
 # `make autograde` refuses to grade when no sandbox can be made here (`make sandbox` installs
 # bubblewrap), unless told UNSAFE=1, which is recorded and shown by `make export`.
 c.ResilientExecute.sandbox = True
+# Every graded test is run again by the verifier (parlab.grading.verify): the test's code in
+# the grading process, which never runs learner code; the learner's code only in processes
+# of the submission's sandbox, which send back plain data. A test scores when it passes in the
+# notebook and in the verifier; where the two disagree, `make report` says so.
+c.ResilientExecute.verify = True
 # What one submission may use, all its processes together (parlab.grading.limits); a cell that
 # hits a limit scores 0 with a message naming it.
 c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of memory (module 08 peaks near 4 GiB)

@@ -206,6 +206,7 @@ class Attack:
     doc: str
     answers: dict[str, str]  # answer cell grade_id -> the attacker's code
     max_seconds: float
+    disagrees: tuple[str, ...] = ()  # tests it forges in its notebook: the verifier fails them
 
     @property
     def student(self) -> str:
@@ -214,7 +215,8 @@ class Attack:
 
 def load_attacks(folder: Path = ATTACKS_DIR) -> list[Attack]:
     return [Attack(path.stem, (entry.__doc__ or "").strip(), dict(entry.ANSWERS),
-                   float(entry.MAX_SECONDS)) for path, entry in _entries(folder, "attack")]
+                   float(entry.MAX_SECONDS), tuple(getattr(entry, "DISAGREES", ())))
+            for path, entry in _entries(folder, "attack")]
 
 
 def attacking(attack: Attack, blank: nbformat.NotebookNode) -> str:

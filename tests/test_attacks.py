@@ -50,7 +50,9 @@ ATTACKS = load_attacks()
 ATTACKERS = {a.student for a in ATTACKS}
 # What the issue asks the corpus to cover, by entry name (an entry may not silently vanish).
 REQUIRED = {"read_answers", "write_gradebook", "write_others", "write_instructor",
-            "leave_process", "kill_grader", "reach_kernel"}
+            "leave_process", "kill_grader", "reach_kernel",
+            # verdicts forged in the learner's kernel (the verifier, issue 30)
+            "patch_checks", "patch_launcher", "patch_ipython", "patch_builtins"}
 # Each attack prints and writes its marker, PWNED-<name>, for whatever it managed; it is put
 # together when the attack runs, so no file of the corpus or notebook holds it.
 MARKERS = [b"PWN" + b"ED-" + a.name.encode() for a in ATTACKS]
@@ -100,6 +102,19 @@ def test_attack_gains_nothing(fault_run, attack) -> None:
         f"printed: {printed[-2000:]!r}; tests: {graded.cells}")
     assert graded.seconds is not None and graded.seconds <= attack.max_seconds, (
         f"{where}: grading took {graded.seconds} s, bound {attack.max_seconds} s")
+
+
+@pytest.mark.parametrize("attack", [a for a in ATTACKS if a.disagrees],
+                         ids=[a.name for a in ATTACKS if a.disagrees])
+def test_forged_verdicts_show_as_disagreeing(fault_run, attack) -> None:
+    """The tests an attack forged in its notebook passed there; the verifier failed them, its
+    verdict is the score, and the run's record names each one as disagreeing."""
+    graded = fault_run.run.get(FAULT_MODULE, attack.student)
+    for gid in attack.disagrees:
+        assert graded.disagreements.get(gid) == "the notebook's check passed, the verifier's " \
+            "failed", (f"attack {attack.name}: {gid} should pass in its notebook and fail in the "
+                       f"verifier; the record says {graded.disagreements} (cells {graded.cells})")
+        assert graded.cells[gid][0] == 0, f"attack {attack.name}: {gid} scored {graded.cells[gid]}"
 
 
 def test_every_other_student_keeps_the_expected_score(fault_run) -> None:

@@ -103,4 +103,4 @@ sys.stdout.flush()
 time.sleep(0.3)
 os._exit(0)  # end the kernel now: grading goes on in a new one, the daemon acts
 '''}
-MAX_SECONDS = 40
+MAX_SECONDS = 75  # its notebook, then the verifier waiting out its stand-in (15 s a call)

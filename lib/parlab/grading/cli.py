@@ -49,6 +49,11 @@ def print_run(run: GradeRun) -> None:
             if message:
                 pts = "-" if score_ is None else f"{score_:g}"
                 print(f"{'':<22}{gid}: {pts} pts, {message[:110]}")
+        for gid, what in r.disagreements.items():
+            print(f"{'':<22}{gid}: DISAGREE: {what} (tampering, or a check that differs "
+                  "between the two: see autograder/README.md, \"The verifier\")")
+        for gid, why in r.unverified.items():
+            print(f"{'':<22}{gid}: not verified ({why[:100]}); the notebook's score stands")
     warnings = log_warnings(run.logs)
     if warnings:
         print(f"nbgrader's warnings ({len(warnings)}; the logs are in autograded/.parlab/):")

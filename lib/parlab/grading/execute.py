@@ -37,8 +37,10 @@ import uuid
 from typing import Any
 
 import nbformat
+from jupyter_client.manager import AsyncKernelManager
 from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer, default
 
@@ -56,6 +58,7 @@ from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
 from parlab.grading.widget_sync import OUTPUT_WIDGETS
 
+_TRUSTED_RUNS: dict = {}  # the verifier's runs of the solution, kept for the whole class
 START_RETRIES = 2  # a kernel that dies before it answers is started again, this many times
 
 
@@ -81,6 +84,10 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
     profile = Bool(
         False, help="Record wall and CPU seconds per phase in the notebook's metadata "
         "(parlab.grading.profile).").tag(config=True)
+    verify = Bool(
+        False, help="Decide every graded test's score in the verifier, a process that never "
+        "runs learner code (parlab.grading.verify); the notebook's own test cells still run, "
+        "for the messages. Needs the instructor's source notebook.").tag(config=True)
     skip_after_last_test = Bool(
         True, help="Do not run the code cells after the last graded cell: nothing they do can "
         "change a score (a demonstration, the standing() cell).").tag(config=True)
@@ -116,6 +123,8 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         index, why_stopped = self._run_cells(end, resources)
         if why_stopped:
             self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
+        if self.verify:
+            self._verify(resources)
         self.set_widgets_metadata()
         self.nb.metadata.setdefault(META, {})["grading"] = {
             "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts,
@@ -294,6 +303,24 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         return (f"the notebook ran past {self.submission_timeout} s, the grader's limit for a "
                 "whole submission")
 
+    def _verify(self, resources: Any) -> None:
+        """The verifier's verdicts become the graded cells' scores (parlab.grading.verify)."""
+        from parlab.grading.verify import apply, verify
+
+        source = source_notebook(self.config, resources or {})
+        start = time.monotonic()
+        if source is None:
+            verdicts = {}
+        else:
+            manager = self.manager_class(self.warm_kernels) if (
+                self.warm_kernels or self.sandbox) else AsyncKernelManager
+            cwd = (resources or {}).get("metadata", {}).get("path") or os.getcwd()
+            verdicts = verify(self.nb, nbformat.read(str(source), as_version=4), cwd=cwd,
+                              manager_class=manager, cache=_TRUSTED_RUNS)
+        apply.apply(self.nb, verdicts)
+        self._timings.mark("verifier")
+        self.nb.metadata[META]["verifier_seconds"] = round(time.monotonic() - start, 1)
+
     # --- helpers ------------------------------------------------------------------------------
     def _kernel_session(self) -> int | None:
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
@@ -311,3 +338,17 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         return (f"this test cell ({meta.get('grade_id')}, worth {worth}) was "
                 "deleted from your notebook, so it was not run and scores 0. Put it back "
                 "(copy it from the released notebook in course/) and submit again.")
+
+
+def source_notebook(config: Any, resources: dict) -> Any:
+    """The instructor's notebook that `resources` (nbgrader's, for one notebook) was made
+    from, or None when it is not there."""
+    from pathlib import Path
+
+    info = resources.get("nbgrader", {})
+    if not info.get("assignment") or not info.get("notebook"):
+        return None
+    course = CourseDirectory(config=config)
+    path = Path(course.format_path(course.source_directory, ".", info["assignment"])) / (
+        info["notebook"] + ".ipynb")
+    return path if path.exists() else None

@@ -19,6 +19,7 @@ from nbgrader.api import Gradebook, MissingEntry
 
 from parlab.grading.cells import grade_id, is_graded_cell
 from parlab.grading.results import Graded
+from parlab.grading.verify.apply import disagreement
 
 _LIKELY = re.compile(r"Likely mistake:\s*(.+)")
 _FINAL_ERROR = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit)):? ?(.*)$")
@@ -108,6 +109,12 @@ def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> l
                     graded.status = "graded (unreadable notebook)"
                 graded.seconds += meta.get("grading", {}).get("seconds", 0.0)
                 graded.restarts += meta.get("grading", {}).get("restarts", 0)
+                for gid, seen in meta.get("verifier", {}).items():
+                    if seen["verifier"] == "not verified":
+                        graded.unverified[gid] = seen.get("message", "")
+                    elif seen["verifier"] != seen["notebook"]:
+                        graded.disagreements[gid] = disagreement(seen["notebook"],
+                                                                 seen["verifier"])
                 for cell in nb.cells:
                     if cell.cell_type == "code" and is_graded_cell(cell):
                         gid = str(grade_id(cell))

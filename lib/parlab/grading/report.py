@@ -36,6 +36,8 @@ class ModuleReport:
     passed: Counter = field(default_factory=Counter)  # test -> submissions with full points
     errors: dict[str, Counter] = field(default_factory=dict)  # test -> Counter of enames
     diagnoses: Counter = field(default_factory=Counter)  # (test, diagnosis) -> count
+    # (student, test, what): where the notebook's check and the verifier's disagreed
+    disagreements: list[tuple[str, str, str]] = field(default_factory=list)
 
     def pass_rate(self, test: str) -> float:
         return self.passed[test] / len(self.scores) if self.scores else 0.0
@@ -69,6 +71,7 @@ def build(root: Path, results: list[Graded] | None = None) -> list[ModuleReport]
                 rep.errors.setdefault(test, Counter())[message.split(":")[0]] += 1
         for test, diagnosis in r.diagnoses.items():
             rep.diagnoses[(test, diagnosis)] += 1
+        rep.disagreements += [(r.student, t, w) for t, w in sorted(r.disagreements.items())]
     return [reports[m] for m in sorted(reports)]
 
 
@@ -85,6 +88,8 @@ def summary(reports: list[ModuleReport]) -> str:
             lines.append(f"  {test:<28} {100 * rep.pass_rate(test):5.0f}% pass{why}")
         for (test, diagnosis), n in rep.diagnoses.most_common(5):
             lines.append(f"  likely mistake, {n}x in {test}: {diagnosis}")
+        for student, test, what in rep.disagreements:
+            lines.append(f"  DISAGREE {student}, {test}: {what}")
     return "\n".join(lines) or "nothing graded yet: run make autograde first"
 
 
@@ -112,13 +117,18 @@ def _module_html(rep: ModuleReport) -> str:
     mistakes = "".join(f"<tr><td>{n}</td><td>{e(t)}</td><td>{e(d)}</td></tr>"
                        for (t, d), n in rep.diagnoses.most_common()) or (
         "<tr><td colspan=3>no check gave a diagnosis</td></tr>")
+    disagree = "".join(f"<tr><td>{e(s)}</td><td>{e(t)}</td><td>{e(w)}</td></tr>"
+                       for s, t, w in rep.disagreements) or (
+        "<tr><td colspan=3>none: every notebook's checks agreed with the verifier</td></tr>")
     return (f"<h2>{e(rep.module)}</h2><p>{len(rep.scores)} graded, {rep.not_graded} not "
             f"graded</p><img alt='score histogram of {e(rep.module)}' "
             f"src='data:image/png;base64,{_histogram(rep)}'>"
             "<h3>Tests</h3><table><tr><th>test</th><th>points</th><th>pass rate</th>"
             f"<th>errors of the others</th></tr>{rows}</table>"
             "<h3>Likely mistakes</h3><table><tr><th>times</th><th>test</th><th>diagnosis</th>"
-            f"</tr>{mistakes}</table>")
+            f"</tr>{mistakes}</table>"
+            "<h3>Notebook and verifier disagree</h3><table><tr><th>student</th><th>test</th>"
+            f"<th>what</th></tr>{disagree}</table>")
 
 
 def write_report(root: Path, to: Path) -> list[ModuleReport]:

@@ -30,6 +30,10 @@ class Graded:
     cells: dict[str, tuple[float | None, str]] = field(default_factory=dict)
     # grade_id -> the check's "Likely mistake: ..." diagnosis, for the tests that gave one
     diagnoses: dict[str, str] = field(default_factory=dict)
+    # grade_id -> "the notebook's check passed, the verifier's failed" (or the other way):
+    # the tests where the learner's kernel and the verifier (parlab.grading.verify) disagreed
+    disagreements: dict[str, str] = field(default_factory=dict)
+    unverified: dict[str, str] = field(default_factory=dict)  # grade_id -> why not verified
 
 
 @dataclass

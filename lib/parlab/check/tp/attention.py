@@ -17,7 +17,18 @@ import torch
 from parlab.check._compare import fail
 from parlab.check._harness import CHECK_TIMEOUT_S, exercise, run_checked
 from parlab.check.tp import hints
-from parlab.check.tp.common import EXACT, F32_TOL, HEADS, SEED, H, cpu, prepare, run_module
+from parlab.check.tp.common import (
+    EXACT,
+    F32_TOL,
+    HEADS,
+    SEED,
+    H,
+    cpu,
+    handed,
+    learner_mode,
+    prepare,
+    run_module,
+)
 from parlab.check.tp.compare import (
     bias_counted,
     close,
@@ -73,8 +84,10 @@ def _other_head_counts(attn: Attention, x: torch.Tensor, t: int) -> dict[int, to
 
 def _attention_worker(cls: type, seed: int) -> dict:
     rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(H, HEADS), seed)
-    ref["heads"] = _other_head_counts(attn, x, t)
-    out = run_module(cls, copy.deepcopy(attn), x, up, rank, PARAMS)
+    if not learner_mode():
+        ref["heads"] = _other_head_counts(attn, x, t)
+    out = run_module(cls, handed(attn, {"qkv": "heads", "proj": "row"}, rank, t), x, up, rank,
+                     PARAMS)
     _divisibility(cls, t, dev, rank)
     return {"ref": ref, **out}
 

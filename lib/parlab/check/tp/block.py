@@ -13,7 +13,6 @@ e = 2, bf16). The tracer's count must equal `layer_bytes` and
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import torch
@@ -22,7 +21,18 @@ from parlab import costs
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import CHECK_TIMEOUT_S, call_learner, exercise, run_checked
 from parlab.check.tp import hints
-from parlab.check.tp.common import F32_TOL, HEADS, SEED, B, Events, H, S, prepare, run_module
+from parlab.check.tp.common import (
+    F32_TOL,
+    HEADS,
+    SEED,
+    B,
+    Events,
+    H,
+    S,
+    handed,
+    prepare,
+    run_module,
+)
 from parlab.check.tp.compare import close, compare, expect_events, got, ref, reject_reference
 from parlab.check.tp.formula import Form, check_formula, cost_functions, refusing
 from parlab.check.tp.keys import KEY_BLOCK, LAYERS
@@ -54,8 +64,9 @@ FORMS: list[Form] = [
 def _block_worker(cls: type, seed: int) -> dict:
     from parlab.model.transformer import Block
 
-    rank, _, _, block, x, up, ref = prepare(lambda: Block(H, HEADS), seed)
-    return {"ref": ref, **run_module(cls, copy.deepcopy(block), x, up, rank, LNS)}
+    rank, t, _, block, x, up, ref = prepare(lambda: Block(H, HEADS), seed)
+    layout = {"attn.qkv": "heads", "attn.proj": "row", "mlp.fc1": "column", "mlp.fc2": "row"}
+    return {"ref": ref, **run_module(cls, handed(block, layout, rank, t), x, up, rank, LNS)}
 
 
 def _says(text: str) -> Callable[[Events], str]:

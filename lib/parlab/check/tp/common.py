@@ -15,6 +15,7 @@ hard-codes the notebook's example sizes, or assumes t is a power of two, fails.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -131,6 +132,56 @@ def backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str = 
                   shape_hint=shape_hint, rename=rename)[1]
 
 
+def learner_mode() -> bool:
+    """This rank runs learner code for the grader's verifier (parlab.check._harness.MODE):
+    it computes no reference (the verifier has its own) and hands out only owned shards."""
+    from parlab.check import _harness
+
+    return _harness.MODE == "learner"
+
+
+def _owned(kind: str, shape: torch.Size, rank: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight mask, bias mask) of what rank owns of a Linear's weight (out, in) and bias:
+    "column": its block of output rows; "row": its block of input columns and the whole bias;
+    "heads": the Q, K and V rows of its heads in a fused (3C, C) weight."""
+    out_f, in_f = shape
+    w = torch.zeros(shape, dtype=torch.bool)
+    b = torch.zeros(out_f, dtype=torch.bool)
+    if kind == "column":
+        n = out_f // t
+        w[rank * n:(rank + 1) * n] = b[rank * n:(rank + 1) * n] = True
+    elif kind == "row":
+        k = in_f // t
+        w[:, rank * k:(rank + 1) * k] = True
+        b[:] = True
+    else:  # heads
+        c = in_f // t
+        for j in range(3):
+            w[j * in_f + rank * c:j * in_f + (rank + 1) * c] = True
+            b[j * in_f + rank * c:j * in_f + (rank + 1) * c] = True
+    return w, b
+
+
+def handed(module: M, layout: Mapping[str, str], rank: int, t: int) -> M:
+    """What the learner's class is given: a copy of module; under the verifier
+    (`learner_mode`) the module itself with every weight entry this rank does not own set to
+    NaN, so an answer that computes with another rank's shard (the whole product, locally)
+    gets NaN, not the right numbers. layout: submodule name ("" for module itself) -> "column",
+    "row" or "heads" (`_owned`); what it does not name is replicated."""
+    if not learner_mode():
+        return copy.deepcopy(module)
+    with torch.no_grad():
+        for name, kind in layout.items():
+            linear = module.get_submodule(name) if name else module
+            weight: torch.Tensor = linear.weight  # type: ignore[assignment]
+            bias: torch.Tensor | None = linear.bias  # type: ignore[assignment]
+            w, b = _owned(kind, weight.shape, rank, t)
+            weight[~w.to(weight.device)] = float("nan")
+            if bias is not None:
+                bias[~b.to(bias.device)] = float("nan")
+    return module
+
+
 def setup(make: Callable[[], M], seed: int,
           dev: torch.device) -> tuple[M, torch.Tensor, torch.Tensor, dict]:
     """The single-device reference: make() with every parameter randomised (LayerNorms and
@@ -140,6 +191,8 @@ def setup(make: Callable[[], M], seed: int,
     module = make().to(dev)
     randomize_parameters(module, seed=seed)
     x, up = torch.randn(B, S, H, device=dev), torch.randn(B, S, H, device=dev)
+    if learner_mode():  # the verifier makes the reference on trusted ranks
+        return module, x, up, {}
     xr = x.clone().requires_grad_()
     y = module(xr)
     (y * up).sum().backward()

@@ -24,12 +24,15 @@ from parlab.check.tp.common import (
     F32_TOL,
     SEED,
     B,
+    Events,
     H,
     S,
     backward,
     cpu,
     env,
     guard,
+    handed,
+    learner_mode,
     prepare,
     run_module,
     setup,
@@ -50,6 +53,7 @@ from parlab.check.tp.keys import KEY_MLP, KEY_ROW_FIRST, LINEARS
 
 __all__ = ["check_tp_mlp", "check_row_first"]
 PARAMS = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
+COLUMN_ROW = {"fc1": "column", "fc2": "row"}  # what each rank owns of the MLP (`handed`)
 NO_GELU = ("apply the GeLU to fc1's output before fc2, on each rank's slice: "
            "self.fc2(F.gelu(self.fc1(x)))")
 
@@ -75,9 +79,10 @@ def _mlp_worker(cls: type, seed: int) -> dict:
     from parlab.model.transformer import MLP
 
     rank, t, _, mlp, x, up, ref = prepare(lambda: MLP(H), seed)
-    with torch.no_grad():
-        ref["y_no_gelu"] = cpu(mlp.fc2(mlp.fc1(x)))
-    out = run_module(cls, copy.deepcopy(mlp), x, up, rank, PARAMS,
+    if not learner_mode():
+        with torch.no_grad():
+            ref["y_no_gelu"] = cpu(mlp.fc2(mlp.fc1(x)))
+    out = run_module(cls, handed(mlp, COLUMN_ROW, rank, t), x, up, rank, PARAMS,
                      shape_hint=lambda model: _shape_hint(model, t))
     return {"ref": ref, **out}
 
@@ -165,11 +170,14 @@ def _row_first_worker(cls: type, seed: int) -> dict:
 
     rank, t, dev = env()
     mlp, x, up, ref = setup(lambda: MLP(H), seed, dev)
-    reference = TPMLP.from_mlp(copy.deepcopy(mlp))  # column -> row, before the guard goes on
-    y, ref_fwd = traced("parlab.tp.TPMLP", reference, x.clone().requires_grad_())
-    ref_bwd = backward("parlab.tp.TPMLP", y, up, rank)
+    ref_fwd: Events = []
+    ref_bwd: Events = []
+    if not learner_mode():  # the reference's collectives, before the guard goes on
+        reference = TPMLP.from_mlp(copy.deepcopy(mlp))  # column -> row
+        y, ref_fwd = traced("parlab.tp.TPMLP", reference, x.clone().requires_grad_())
+        ref_bwd = backward("parlab.tp.TPMLP", y, up, rank)
     guard()
-    out = run_module(cls, copy.deepcopy(mlp), x, up, rank, ())
+    out = run_module(cls, handed(mlp, {"fc1": "row", "fc2": "row"}, rank, t), x, up, rank, ())
     return {"ref": ref, **out, "column_row": {"forward": ref_fwd, "backward": ref_bwd}}
 
 

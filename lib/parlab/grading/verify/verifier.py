@@ -1,0 +1,91 @@
+"""Run a notebook's tests in the verifier: the instructor's test code here, the learner's
+code only in its sandbox, and a verdict per graded test that no submission can forge.
+
+`verify(nb, source_nb, ...)`:
+1. starts a `Host` (a sandboxed kernel) for the submission and hands it `learner_source(nb)`;
+2. runs, here, the instructor's imports, definitions and constants (`released_source` of the
+   source notebook), with every name the answer cells define bound to an `Answer` (or to its
+   value when that is plain data, e.g. a number);
+3. runs every graded cell's code (hidden tests included) as the notebook would, with
+   `parlab.launch.run` and the learner's names going through the `Session`: whatever the
+   learner's code does in its processes, what reaches this process is data, and the
+   comparisons, references and verdicts are made here.
+A test passes when its code raises nothing. `Verdict.passed` is None when the verifier could
+not run it at all (its sandbox did not start), never because of what the learner's code did.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from parlab.check._harness import reset_outcomes
+from parlab.grading.verify.remote import Host, Session
+from parlab.grading.verify.source import (
+    answer_names,
+    graded_cells,
+    learner_source,
+    released_source,
+)
+from parlab.sandboxed import wire
+
+__all__ = ["Verdict", "verify"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's word on one graded test."""
+
+    grade_id: str
+    passed: bool | None  # None: not verified (the verifier could not run)
+    message: str = ""  # why it failed (what the learner reads), or why it was not verified
+
+
+def _summary(exc: BaseException) -> str:
+    text = exc.summary() if hasattr(exc, "summary") else str(exc)
+    return f"{type(exc).__name__}: {text}".strip()
+
+
+def _run_statements(source: str, ns: dict[str, Any]) -> None:
+    """The instructor's released code, statement by statement (one failing is skipped)."""
+    for stmt in ast.parse(source).body:
+        with contextlib.suppress(Exception):
+            exec(compile(ast.Module(body=[stmt], type_ignores=[]), "<released>", "exec"), ns)  # noqa: S102
+
+
+def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
+           cache: dict | None = None) -> dict[str, Verdict]:
+    """A Verdict per graded test of `nb` (see the module doc); `source_nb` is the instructor's
+    notebook (answers, released cells); `cache` keeps trusted runs across notebooks."""
+    tests = graded_cells(nb)
+    try:
+        host = Host(manager_class, cwd, learner_source(nb))
+    except Exception as exc:  # noqa: BLE001 - reported as "not verified", with why
+        return {gid: Verdict(gid, None, f"the verifier's sandbox did not start: {exc}")
+                for gid, _, _ in tests}
+    session = Session(host, learner_source(source_nb), {} if cache is None else cache)
+    verdicts: dict[str, Verdict] = {}
+    ns: dict[str, Any] = {"__name__": "__verifier__"}
+    out = io.StringIO()
+    try:
+        with session.bound(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            reset_outcomes()
+            _run_statements(released_source(source_nb), ns)
+            for name in answer_names(source_nb):
+                try:
+                    ns[name] = session.value(name)
+                except Exception:  # noqa: BLE001 - the tests then fail on it
+                    ns[name] = wire.Answer(name)
+            for gid, code, _ in tests:
+                try:
+                    exec(compile(code, f"<test {gid}>", "exec"), ns)  # noqa: S102
+                    verdicts[gid] = Verdict(gid, True)
+                except Exception as exc:  # noqa: BLE001 - the learner's failure, as a verdict
+                    verdicts[gid] = Verdict(gid, False, _summary(exc))
+    finally:
+        reset_outcomes()
+        host.close()
+    return verdicts

@@ -1,0 +1,166 @@
+"""The verifier's side inside a submission's sandbox: run learner code, send back plain data.
+
+The verifier starts a fresh sandboxed kernel for a submission (parlab.grading.verify.remote)
+and sends it requests with `handle`. The kernel runs none of the learner's code itself; it
+starts the processes that do:
+
+- "run": `parlab.launch.run` of a check's worker on ranks that first run the learner's code
+  (`learner_rank`): the worker's arguments that are `Answer`s become what the learner's code
+  defined under those names, and the result goes back encoded as plain data (`wire`);
+- "call" / "value": the learner's stand-in for the notebook's kernel (`serve_learner`, one
+  process, started once): call one of the learner's functions, or read one of its values.
+
+Every reply is printed as one line, MARK followed by base64 of `wire` bytes; a failure is
+sent as data too ({"error": kind, ...}), and the verifier turns it back into the exception the
+check would have seen in the notebook.
+"""
+
+from __future__ import annotations
+
+import base64
+import traceback
+from typing import Any
+
+import cloudpickle
+
+from parlab.sandboxed import wire
+
+__all__ = ["MARK", "handle", "learner_rank", "serve_learner", "run_source", "resolve"]
+
+MARK = "@@parlab-verify@@"
+CALL_TIMEOUT_S = 15.0  # one call of a learner's function from a test (a cell's timeout)
+_STATE: dict[str, Any] = {}
+
+
+def run_source(source: str) -> dict[str, Any]:
+    """The namespace the learner's code leaves, as a notebook would (one statement failing
+    does not stop the next: each cell of the notebook ran on its own)."""
+    import ast
+
+    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    for stmt in ast.parse(source).body:
+        code = compile(ast.Module(body=[stmt], type_ignores=[]), "<answer cell>", "exec")
+        try:
+            exec(code, ns)  # noqa: S102 - the learner's code, in its sandboxed process
+        except Exception:  # noqa: BLE001, S110 - as in a notebook, the next cell still runs
+            pass
+    return ns
+
+
+def resolve(obj: Any, ns: dict[str, Any]) -> Any:
+    """obj with every Answer (at the top, or in a list, tuple or dict) replaced by ns's."""
+    if isinstance(obj, wire.Answer):
+        if obj.name not in ns:
+            raise NameError(f"name '{obj.name}' is not defined: its answer cell did not define "
+                            "it (or raised before it did)")
+        return ns[obj.name]
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(resolve(v, ns) for v in obj)
+    if isinstance(obj, dict):
+        return {k: resolve(v, ns) for k, v in obj.items()}
+    return obj
+
+
+def learner_rank(source: str, mode: str, fn: Any, args: tuple, kwargs: dict) -> bytes:
+    """In a rank: run `source`, then fn(*args, **kwargs) with the Answers resolved; the result
+    as `wire` bytes. mode: parlab.check._harness.MODE for this rank ("learner" or
+    "trusted": what a check's helpers do differently when the verifier runs them)."""
+    from parlab.check import _harness
+
+    _harness.MODE = mode
+    ns = run_source(source)
+    result = fn(*resolve(args, ns), **resolve(kwargs, ns))
+    return wire.encode(result)
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    """An exception as data, with what the verifier needs to raise its like again."""
+    out: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc),
+                           "traceback": getattr(exc, "learner_traceback", "") or
+                           "".join(traceback.format_exception(exc)[-6:])}
+    for attr in ("rank", "exc_type", "head", "certain", "elapsed"):
+        if hasattr(exc, attr):
+            out[attr] = getattr(exc, attr)
+    if hasattr(exc, "reports"):
+        out["reports"] = [tuple(str(x) if i else int(x) for i, x in enumerate(r[:4])) +
+                          (float(r[4]),) for r in exc.reports]
+    if hasattr(exc, "states"):
+        out["states"] = {}
+    return out
+
+
+def serve_learner(source: str, conn: Any) -> None:
+    """The learner's stand-in for the kernel: answer (kind, name, args, kwargs) requests."""
+    ns = run_source(source)
+    while True:
+        try:
+            kind, name, args, kwargs = conn.recv()
+        except EOFError:
+            return
+        try:
+            obj = resolve(wire.Answer(name), ns)
+            if kind == "value":
+                reply = {"callable": True} if callable(obj) else {"value": obj}
+            else:
+                reply = {"value": obj(*resolve(args, ns), **resolve(kwargs, ns))}
+            data = wire.encode(reply)
+        except Exception as exc:  # noqa: BLE001 - sent to the verifier as data
+            data = wire.encode(_error(exc))
+        conn.send_bytes(data)
+
+
+def _learner_process() -> Any:
+    from parlab.launch.runner import _context
+
+    proc = _STATE.get("proc")
+    if proc is None or not proc[0].is_alive():
+        ctx = _context()
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=serve_learner, args=(_STATE["source"], theirs), daemon=True)
+        p.start()
+        theirs.close()
+        _STATE["proc"] = proc = (p, mine)
+    return proc
+
+
+def _ask(kind: str, name: str, args: tuple, kwargs: dict, timeout: float) -> bytes:
+    p, conn = _learner_process()
+    conn.send((kind, name, args, kwargs))
+    if conn.poll(timeout):
+        try:
+            return conn.recv_bytes()
+        except EOFError:
+            pass
+    alive = p.is_alive()
+    p.kill()
+    p.join(5)
+    _STATE.pop("proc", None)
+    why = (f"did not return within {timeout:.0f} s" if alive else
+           f"ended its process (exit code {p.exitcode})")
+    return wire.encode({"error": "CheckFailed", "message": f"{name}(...) {why}"})
+
+
+def _run(fn: Any, world_size: int, args: tuple, kwargs: dict, options: dict) -> bytes:
+    from parlab.launch.runner import run
+
+    try:
+        ranks = run(learner_rank, world_size, _STATE["source"], "learner", fn, args, kwargs,
+                    **options)
+    except Exception as exc:  # noqa: BLE001 - sent to the verifier as data
+        return wire.encode(_error(exc))
+    return wire.encode({"ranks": [r if isinstance(r, bytes) else b"" for r in ranks]})
+
+
+def handle(request: str) -> None:
+    """Serve one request of the verifier (base64 of cloudpickle bytes it made); print the
+    reply after MARK."""
+    kind, body = cloudpickle.loads(base64.b64decode(request))
+    if kind == "source":
+        _STATE["source"] = body
+        reply = wire.encode({"ok": True})
+    elif kind == "run":
+        reply = _run(*body)
+    else:
+        name, args, kwargs = body
+        reply = _ask(kind, name, args, kwargs, CALL_TIMEOUT_S)
+    print(MARK + base64.b64encode(reply).decode(), flush=True)
