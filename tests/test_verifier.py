@@ -4,9 +4,10 @@ ran learner code, from plain data, against references it made itself.
 - the wire refuses anything but plain data, both ways;
 - what of a notebook runs where: a bare call in an answer cell (the place a patch goes) is
   not part of the learner's source, and the released source holds no answer;
-- module 02, on the solutions, the blank release, and mistakes of autograder/mistakes/: the
-  verifier's verdict per test equals the notebook's (its test cells run here, on the same
-  answers, as the kernel would run them);
+- every module the verifier grades (`verify_only` in autograder/nbgrader_config.py), on the
+  solutions, the blank release, the half-done fake student and every entry of
+  autograder/mistakes/: the verifier's verdict per test equals the notebook's (its test cells
+  run here, on the same answers, as the kernel would run them);
 - an answer that computes the single-device MLP from the full weights it is handed passes
   the notebook's check and fails the verifier's: each rank is handed only its own shards.
 The attacks on the notebook's verdict (patched checks, launcher, IPython, builtins) are
@@ -15,29 +16,32 @@ graded in the fault run's class: tests/test_attacks.py.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import copy
 import io
+import itertools
 import os
 import pickle
 import tempfile
+import types
 
 import nbformat
 import pytest
 import torch
 from conftest import ROOT
-from mistakes import learner_namespace
 
 from parlab.check._harness import reset_outcomes
-from parlab.grading.cells import grade_id, is_answer_cell
+from parlab.grading.cells import grade_id, is_answer_cell, is_graded_cell
+from parlab.grading.config import config_value
 from parlab.grading.kernels import kernel_manager
 from parlab.grading.sandbox import Limits, problem
 from parlab.grading.verify import verify
+from parlab.grading.verify.remote import Host
 from parlab.grading.verify.source import graded_cells, learner_source, released_source
 from parlab.sandboxed import wire
 
 TP = ROOT / "solutions" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
-BLANK = ROOT / "course" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
-MISTAKES = ROOT / "autograder" / "mistakes" / "02_tensor_parallel"
 FULL_WEIGHTS = '''
 class TPMLP(nn.Module):
     """Right numbers from the wrong algorithm: the whole MLP on every rank."""
@@ -79,10 +83,11 @@ def test_a_bare_call_in_an_answer_cell_is_not_learner_source() -> None:
     assert "dist.all_reduce(grad)" not in released_source(nb)
 
 
-def _notebook(answers_from: nbformat.NotebookNode, overlay: str = "") -> nbformat.NotebookNode:
-    """The solutions notebook (its tests, hidden ones included) with another's answers and an
+def _with_answers(source: nbformat.NotebookNode, answers_from: nbformat.NotebookNode,
+                  overlay: str = "") -> nbformat.NotebookNode:
+    """The source notebook (its tests, hidden ones included) with another's answers and an
     extra answer cell holding `overlay`, as nbgrader's autograde would run it."""
-    nb = nbformat.read(TP, as_version=4)
+    nb = copy.deepcopy(source)
     answers = {grade_id(c): c.source for c in answers_from.cells if is_answer_cell(c)}
     for c in nb.cells:
         if is_answer_cell(c):
@@ -94,56 +99,129 @@ def _notebook(answers_from: nbformat.NotebookNode, overlay: str = "") -> nbforma
     return nb
 
 
-def _in_notebook(nb: nbformat.NotebookNode, overlay: str) -> dict[str, bool]:
-    """Each test's outcome as the learner's kernel has it: the answers, then the test cells'
-    code, in one namespace (tests/mistakes.py)."""
-    answers = sum(is_answer_cell(c) for c in nb.cells) - 1
-    with tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False) as f:
-        plain = copy.deepcopy(nb)
-        plain.cells = [c for c in plain.cells if grade_id(c) != "overlay"]
-        nbformat.write(plain, f)
-    ns = learner_namespace(f.name, overlay, answers=answers).__dict__
+def _depends(source: nbformat.NotebookNode) -> dict[str, set[str]]:
+    """Answer name -> the names its definition uses (the solutions' answer cells)."""
+    out: dict[str, set[str]] = {}
+    for c in source.cells:
+        if c.cell_type == "code" and is_answer_cell(c):
+            for stmt in ast.parse(c.source).body:
+                names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+                for bound in _bound_names(stmt):
+                    out.setdefault(bound, set()).update(names)
+    return out
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _affected(source: nbformat.NotebookNode, overlay: str) -> set[str]:
+    """The graded tests whose outcome an overlay can change: those naming an answer it
+    redefines, or one that uses such an answer (its other tests are the solutions')."""
+    changed = set().union(*(_bound_names(s) for s in ast.parse(overlay).body))
+    uses = _depends(source)
+    grew = True
+    while grew:
+        more = {n for n, used in uses.items() if used & changed} - changed
+        changed |= more
+        grew = bool(more)
+    return {gid for gid, code, _ in graded_cells(source)
+            if {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)} & changed}
+
+
+def _only(nb: nbformat.NotebookNode, tests: set[str]) -> nbformat.NotebookNode:
+    out = copy.deepcopy(nb)
+    out.cells = [c for c in out.cells if not (is_graded_cell(c) and not is_answer_cell(c)
+                                              and grade_id(c) not in tests)]
+    return out
+
+
+def _in_notebook(nb: nbformat.NotebookNode) -> dict[str, bool]:
+    """Each test's outcome as the learner's kernel has it: the imports cell and the answer
+    cells run into one fresh module (not in sys.modules, so cloudpickle ships its classes by
+    value, as from a notebook), then the test cells' code, hidden tests included."""
+    module = types.ModuleType(f"learner_notebook_{next(_COUNT)}")
+    for c in nb.cells:
+        if c.cell_type == "code" and ("imports" in c.metadata.get("tags", [])
+                                      or is_answer_cell(c)):
+            with contextlib.suppress(Exception):
+                exec(compile(c.source, "<cell>", "exec"), module.__dict__)  # noqa: S102
+    ns = module.__dict__
     reset_outcomes()
     outcome = {}
     for gid, code, _ in graded_cells(nb):
         try:
-            with io.StringIO() as out, __import__("contextlib").redirect_stdout(out):
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
                 exec(compile(code, gid, "exec"), ns)  # noqa: S102 - the course's own tests
             outcome[gid] = True
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a failed test, whatever it raised
             outcome[gid] = False
     reset_outcomes()
     return outcome
+_COUNT = itertools.count()
+# The modules the course's configuration has the verifier grade (ResilientExecute.verify_only;
+# faultlab's answers are graded in the fault run's class, tests/test_attacks.py): each must
+# give every answer of its corpus the notebook's verdicts, test by test.
+MODULES = [m for m in sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
+           if m in list(config_value("ResilientExecute", "verify_only", []))]  # type: ignore
 
 
-CASES = {"solutions": ("solutions", ""), "blank": ("blank", ""),
-         "full_weights": ("solutions", FULL_WEIGHTS)}
-CASES.update({p.stem: ("solutions", p.read_text()) for p in sorted(MISTAKES.glob("*.py"))
-              if p.stem in ("extra_g", "wrong_shard", "missing_backward_allreduce")})
-CACHE: dict = {}
+def _cases(module: str) -> list[tuple[str, nbformat.NotebookNode, str]]:
+    """(name, whose answers, overlay): the solutions, the blank release, the half-done fake
+    student, and every entry of autograder/mistakes/<module>/ on top of the solutions."""
+    source = nbformat.read(ROOT / "solutions" / module / f"{module}.ipynb", as_version=4)
+    blank = nbformat.read(ROOT / "course" / module / f"{module}.ipynb", as_version=4)
+    half = copy.deepcopy(source)  # carol of parlab.grading.fake: all but the first answer
+    first = next(i for i, c in enumerate(half.cells) if is_answer_cell(c))
+    half.cells[first] = next(c for c in blank.cells if grade_id(c) == grade_id(half.cells[first]))
+    out = [("solutions", source, ""), ("blank", blank, ""), ("half", half, "")]
+    if module == "02_tensor_parallel":
+        out.append(("full_weights", source, FULL_WEIGHTS))
+    out += [(p.stem, source, p.read_text()) for p in
+            sorted((ROOT / "autograder" / "mistakes" / module).glob("*.py"))]
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(problem() is not None, reason="needs the sandbox (make sandbox)")
-@pytest.mark.parametrize("case", list(CASES))
-def test_verifier_agrees_with_the_notebook_on_module_02(case: str) -> None:
-    base, overlay = CASES[case]
-    nb = _notebook(nbformat.read(TP if base == "solutions" else BLANK, as_version=4), overlay)
-    notebook = _in_notebook(nb, overlay)
+@pytest.mark.parametrize("module", MODULES)
+def test_verifier_agrees_with_the_notebook(module: str) -> None:
+    """For every case of the module, the verifier's verdict on each test it can change equals
+    the notebook's (a mistake's other tests are the solutions'); the full-weights cheat passes
+    its notebook and fails the verifier on NaN outputs."""
+    source = nbformat.read(ROOT / "solutions" / module / f"{module}.ipynb", as_version=4)
     folder = tempfile.mkdtemp(prefix="parlab-verify-")
     os.chmod(folder, 0o755)
-    verdicts = verify(nb, nbformat.read(TP, as_version=4), cwd=folder,
-                      manager_class=kernel_manager(warm=True, limits=Limits()), cache=CACHE)
-    mine = {gid: v.passed for gid, v in verdicts.items()}
-    if case == "full_weights":  # item 3: right numbers from the wrong algorithm
-        for gid in ("tp_mlp_test", "tp_block_test"):  # TPBlock uses the learner's TPMLP
-            assert notebook[gid], f"the cheat should pass {gid} in its notebook"
-            assert mine[gid] is False, verdicts[gid]
-            assert "nan" in verdicts[gid].message.lower(), verdicts[gid]
-            notebook[gid] = False
-    if case == "solutions":
-        assert all(notebook.values()), notebook
-    if case == "blank":
-        assert not any(notebook.values()), notebook
-    assert mine == notebook, {g: (notebook[g], verdicts[g].message[:300]) for g in notebook
-                              if mine[g] != notebook[g]}
+    manager = kernel_manager(warm=True, limits=Limits())
+    host = Host(manager, folder, "")
+    cache: dict = {}
+    wrong: dict[str, dict] = {}
+    try:
+        for name, answers, overlay in _cases(module):
+            nb = _with_answers(source, answers, overlay)
+            if overlay:
+                nb = _only(nb, _affected(source, overlay))
+            notebook = _in_notebook(nb)
+            verdicts = verify(nb, source, cwd=folder, manager_class=manager, cache=cache,
+                              host=host)
+            mine = {gid: v.passed for gid, v in verdicts.items()}
+            if name == "full_weights":  # right numbers from the wrong algorithm (item 3)
+                for gid in ("tp_mlp_test", "tp_block_test"):
+                    assert notebook[gid], f"the cheat should pass {gid} in its notebook"
+                    assert "nan" in verdicts[gid].message.lower(), verdicts[gid]
+                    notebook[gid] = False
+            if name == "solutions":
+                assert all(notebook.values()), notebook
+            if mine != notebook:
+                wrong[name] = {g: (notebook[g], verdicts[g].message[:300]) for g in notebook
+                               if mine[g] != notebook[g]}
+    finally:
+        host.close()
+    assert not wrong, f"{module}: the verifier and the notebook disagree (case: {{test: " \
+        f"(notebook passed, the verifier's message)}}): {wrong}"

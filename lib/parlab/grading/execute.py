@@ -42,7 +42,7 @@ from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Integer, default
+from traitlets import Bool, Integer, List, Unicode, default
 
 from parlab.grading.cells import (
     META,
@@ -88,6 +88,10 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         False, help="Decide every graded test's score in the verifier, a process that never "
         "runs learner code (parlab.grading.verify); the notebook's own test cells still run, "
         "for the messages. Needs the instructor's source notebook.").tag(config=True)
+    verify_only = List(
+        Unicode(), default_value=[], help="The assignments the verifier grades (all when "
+        "empty); the others keep their notebook's verdicts, marked 'not verified'."
+    ).tag(config=True)
     skip_after_last_test = Bool(
         True, help="Do not run the code cells after the last graded cell: nothing they do can "
         "change a score (a demonstration, the standing() cell).").tag(config=True)
@@ -305,11 +309,17 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
 
     def _verify(self, resources: Any) -> None:
         """The verifier's verdicts become the graded cells' scores (parlab.grading.verify)."""
-        from parlab.grading.verify import apply, verify
+        from parlab.grading.verify import Verdict, apply, verify
+        from parlab.grading.verify.source import graded_cells
 
         source = source_notebook(self.config, resources or {})
         start = time.monotonic()
-        if source is None:
+        assignment = (resources or {}).get("nbgrader", {}).get("assignment", "")
+        if self.verify_only and assignment not in self.verify_only:
+            verdicts = {gid: Verdict(gid, None, f"the verifier does not grade {assignment} "
+                                     "yet (ResilientExecute.verify_only)")
+                        for gid, _, _ in graded_cells(self.nb)}
+        elif source is None:
             verdicts = {}
         else:
             manager = self.manager_class(self.warm_kernels) if (

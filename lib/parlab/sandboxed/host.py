@@ -54,9 +54,9 @@ def resolve(obj: Any, ns: dict[str, Any]) -> Any:
             raise NameError(f"name '{obj.name}' is not defined: its answer cell did not define "
                             "it (or raised before it did)")
         return ns[obj.name]
-    if isinstance(obj, (list, tuple)):
+    if type(obj) in (list, tuple):  # not a NamedTuple: its fields hold no Answer
         return type(obj)(resolve(v, ns) for v in obj)
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         return {k: resolve(v, ns) for k, v in obj.items()}
     return obj
 
@@ -68,7 +68,7 @@ def learner_rank(source: str, mode: str, fn: Any, args: tuple, kwargs: dict) -> 
     from parlab.check import _harness
 
     _harness.MODE = mode
-    ns = run_source(source)
+    ns = wire.Answer.namespace = run_source(source)  # an Answer deeper in args calls into it
     result = fn(*resolve(args, ns), **resolve(kwargs, ns))
     return wire.encode(result)
 
@@ -91,7 +91,7 @@ def _error(exc: BaseException) -> dict[str, Any]:
 
 def serve_learner(source: str, conn: Any) -> None:
     """The learner's stand-in for the kernel: answer (kind, name, args, kwargs) requests."""
-    ns = run_source(source)
+    ns = wire.Answer.namespace = run_source(source)
     while True:
         try:
             kind, name, args, kwargs = conn.recv()
@@ -155,8 +155,11 @@ def handle(request: str) -> None:
     """Serve one request of the verifier (base64 of cloudpickle bytes it made); print the
     reply after MARK."""
     kind, body = cloudpickle.loads(base64.b64decode(request))
-    if kind == "source":
+    if kind == "source":  # another submission's code: its own stand-in
         _STATE["source"] = body
+        if (proc := _STATE.pop("proc", None)) is not None:
+            proc[0].kill()
+            proc[0].join(5)
         reply = wire.encode({"ok": True})
     elif kind == "run":
         reply = _run(*body)

@@ -5,9 +5,9 @@ them back with `decode`, which is `torch.load(weights_only=True)` (tensors, numb
 lists, tuples, dicts: nothing that names a class or a function, so nothing runs) and then a
 walk that refuses anything else. What `encode` cannot send plainly is refused where it is
 made, with a message naming the type; slices travel as {"__slice__": [start, stop, step]},
-and the course's own frozen dataclasses (a `parlab.comm.Event`, a `parlab.pp.Action`) as
-{"__dataclass__": "module:name", "fields": {...}}, rebuilt with their own constructor: only a
-frozen dataclass defined in a parlab module is, never a learner's class.
+and the course's own dataclasses and NamedTuples (a `parlab.comm.Event`, a `parlab.pp.Action`)
+as {"__dataclass__": "module:name", "fields": {...}}, rebuilt with their own constructor: only
+a type defined in a parlab module is, never a learner's class.
 
 `Answer(name)` stands for one of the learner's names in the verifier: calling it asks the
 learner's process to call it (parlab.grading.verify.remote binds the caller); sent to a rank,
@@ -32,10 +32,18 @@ _DATACLASS = "__dataclass__"
 
 
 def _ours(cls: Any) -> bool:
-    """A frozen dataclass of the course's own (parlab's): plain data by construction."""
-    params = getattr(cls, "__dataclass_params__", None)
-    return (isinstance(cls, type) and dataclasses.is_dataclass(cls) and params is not None
-            and params.frozen and str(getattr(cls, "__module__", "")).startswith("parlab."))
+    """A dataclass or a NamedTuple of the course's own (parlab's): plain data."""
+    if not isinstance(cls, type) or not str(getattr(cls, "__module__", "")).startswith("parlab."):
+        return False
+    if issubclass(cls, tuple):
+        return hasattr(cls, "_fields")
+    return dataclasses.is_dataclass(cls)
+
+
+def _fields(obj: Any) -> list[str]:
+    if isinstance(obj, tuple):
+        return list(type(obj)._fields)  # type: ignore[attr-defined]
+    return [f.name for f in dataclasses.fields(obj)]
 
 
 class WireError(TypeError):
@@ -46,12 +54,15 @@ class Answer:
     """The learner's `name`, seen from the verifier; its caller is set by the verifier."""
 
     caller: Any = None  # (name, args, kwargs) -> result, bound by the verifier's session
+    namespace: dict | None = None  # in a rank: what the learner's code defined
 
     def __init__(self, name: str) -> None:
         self.__name__ = self.__qualname__ = self.name = name
         self.__module__ = "__main__"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if Answer.namespace is not None and self.name in Answer.namespace:  # in a rank
+            return Answer.namespace[self.name](*args, **kwargs)
         if Answer.caller is None:
             raise RuntimeError(f"{self.name} is the learner's; it is not defined here")
         return Answer.caller(self.name, args, kwargs)
@@ -75,8 +86,7 @@ def plain(obj: Any, path: str = "result") -> Any:
     if isinstance(obj, slice):
         return {_SLICE: [plain(obj.start), plain(obj.stop), plain(obj.step)]}
     if _ours(type(obj)):
-        fields = {f.name: plain(getattr(obj, f.name), f"{path}.{f.name}")
-                  for f in dataclasses.fields(obj)}
+        fields = {name: plain(getattr(obj, name), f"{path}.{name}") for name in _fields(obj)}
         return {_DATACLASS: f"{type(obj).__module__}:{type(obj).__qualname__}",
                 "fields": fields}
     if isinstance(obj, (torch.dtype, torch.device)):
@@ -85,7 +95,7 @@ def plain(obj: Any, path: str = "result") -> Any:
         return tuple(int(n) for n in obj)
     if isinstance(obj, (list, tuple)):
         items = [plain(v, f"{path}[{i}]") for i, v in enumerate(obj)]
-        return items if isinstance(obj, list) else tuple(items)
+        return items if isinstance(obj, list) else tuple(items)  # a learner's NamedTuple too
     if isinstance(obj, dict):
         return {plain(k, f"a key of {path}"): plain(v, f"{path}[{k!r}]") for k, v in obj.items()}
     if hasattr(obj, "item") and hasattr(obj, "dtype"):  # a numpy scalar

@@ -21,6 +21,7 @@ import base64
 import builtins
 import contextlib
 import hashlib
+import io
 import os
 import queue
 import time
@@ -121,14 +122,22 @@ def rebuild(reply: dict) -> BaseException:
     return type(name if name.isidentifier() else "LearnerError", (Exception,), {})(message)
 
 
+class _AnswerFinder(cloudpickle.Pickler):
+    """Pickles to nowhere, noting whether an Answer is anywhere in what it pickles (in a
+    closure, a partial, an object's attributes)."""
+
+    found = False
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, wire.Answer):
+            self.found = True
+        return None
+
+
 def _has_answer(obj: Any) -> bool:
-    if isinstance(obj, wire.Answer):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return any(_has_answer(v) for v in obj)
-    if isinstance(obj, dict):
-        return any(_has_answer(v) for v in obj.values())
-    return False
+    finder = _AnswerFinder(io.BytesIO())
+    finder.dump(obj)
+    return finder.found
 
 
 def _has_trusted(obj: Any) -> bool:
@@ -149,7 +158,7 @@ def _merge(learner: Any, trusted: Any) -> Any:
             elif k in learner:
                 out[k] = _merge(learner[k], v)
         return out
-    if isinstance(trusted, (list, tuple)) and isinstance(learner, (list, tuple)):
+    if type(trusted) in (list, tuple) and type(learner) in (list, tuple):
         merged = [_merge(a, b) for a, b in zip(learner, trusted, strict=False)]
         merged += list(learner[len(trusted):])
         return merged if isinstance(learner, list) else tuple(merged)

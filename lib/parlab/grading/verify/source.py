@@ -7,7 +7,9 @@
 - `answer_names(nb)`: the names the answer cells define; the verifier binds each to an
   `Answer` (or to its value, when it is plain data).
 - `released_source(nb)`: what the verifier runs of the instructor's notebook before the tests:
-  its imports, definitions and constant assignments, outside answer and test cells.
+  its imports, definitions and the assignments that use no answer, outside answer and test
+  cells (what the tests may name: `LLAMA3_70B = planner.Model(...)`); calls on their own, a
+  print or a figure, are left out.
 - `graded_cells(nb)`: (grade id, source, points) of every graded cell, hidden tests included (in
   the graded notebook nbgrader has put them back from the gradebook).
 """
@@ -90,6 +92,7 @@ def learner_source(nb: Any) -> str:
 
 def released_source(nb: Any) -> str:
     """The instructor's imports, definitions and constants, outside answer and test cells."""
+    answers = set(answer_names(nb))
     keep: list[ast.stmt] = []
     for c in _code_cells(nb):
         if is_answer_cell(c) or is_graded_cell(c):
@@ -97,17 +100,9 @@ def released_source(nb: Any) -> str:
         for s in _parse(c.source):
             if isinstance(s, _DEFS + _IMPORTS):
                 keep.append(s)
-            elif isinstance(s, ast.Assign) and _constant(s.value):
-                keep.append(s)
+            elif isinstance(s, _ASSIGNS) and not _used(s) & answers:
+                keep.append(s)  # a constant, or one computed by the course's library
     return "\n\n".join(ast.unparse(s) for s in keep) + "\n"
-
-
-def _constant(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
 
 
 def graded_cells(nb: Any) -> list[tuple[str, str, float]]:

@@ -57,12 +57,17 @@ def _run_statements(source: str, ns: dict[str, Any]) -> None:
 
 
 def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
-           cache: dict | None = None) -> dict[str, Verdict]:
+           cache: dict | None = None, host: Host | None = None) -> dict[str, Verdict]:
     """A Verdict per graded test of `nb` (see the module doc); `source_nb` is the instructor's
-    notebook (answers, released cells); `cache` keeps trusted runs across notebooks."""
+    notebook (answers, released cells); `cache` keeps trusted runs across notebooks. `host`:
+    one to reuse (a test's, for many answers of one learner), else a fresh one, closed after."""
     tests = graded_cells(nb)
+    own = host is None
     try:
-        host = Host(manager_class, cwd, learner_source(nb))
+        if host is None:
+            host = Host(manager_class, cwd, learner_source(nb))
+        else:
+            host.request("source", learner_source(nb), timeout=30)
     except Exception as exc:  # noqa: BLE001 - reported as "not verified", with why
         return {gid: Verdict(gid, None, f"the verifier's sandbox did not start: {exc}")
                 for gid, _, _ in tests}
@@ -87,5 +92,6 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
                     verdicts[gid] = Verdict(gid, False, _summary(exc))
     finally:
         reset_outcomes()
-        host.close()
+        if own:
+            host.close()
     return verdicts
