@@ -127,9 +127,9 @@ c.ResilientExecute.sandbox = True
 # notebook and in the verifier; where the two disagree, `make report` says so.
 c.ResilientExecute.verify = True
 # The modules whose every answer (solutions, blank, half done, autograder/mistakes/) gets the
-# same verdicts from the verifier as from the notebook (tests/test_verifier.py); the others
-# keep their notebooks' verdicts, listed as "not verified" by make report.
-c.ResilientExecute.verify_only = ["faultlab", "02_tensor_parallel", "03_sequence_parallel"]
+# same verdicts from the verifier as from the notebook, proved by tests/test_verifier.py in
+# make test; the others keep their notebooks' verdicts, listed as "not verified".
+c.ResilientExecute.verify_only = ["faultlab", "02_tensor_parallel"]
 # What one submission may use, all its processes together (parlab.grading.limits); a cell that
 # hits a limit scores 0 with a message naming it.
 c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of memory (module 08 peaks near 4 GiB)

@@ -225,3 +225,21 @@ def test_verifier_agrees_with_the_notebook(module: str) -> None:
         host.close()
     assert not wrong, f"{module}: the verifier and the notebook disagree (case: {{test: " \
         f"(notebook passed, the verifier's message)}}): {wrong}"
+
+
+def test_report_names_each_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the record holds for a tampering submission reaches `make report`'s summary and
+    page, per student and test."""
+    from parlab.grading import report
+    from parlab.grading.results import Graded
+
+    monkeypatch.setattr(report, "_points", lambda root, module: {"mean_test": 2.0})
+    graded = Graded("faultlab", "mallory", 0.0, 2.0, "graded",
+                    cells={"mean_test": (0.0, "VerifierFailed: ...")},
+                    disagreements={"mean_test": "the notebook's check passed, the verifier's "
+                                                 "failed"})
+    reports = report.build(ROOT, [graded])
+    text = report.summary(reports)
+    assert "DISAGREE mallory, mean_test: the notebook's check passed, the verifier's failed" \
+        in text, text
+    assert "mallory" in report._module_html(reports[0])

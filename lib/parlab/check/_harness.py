@@ -26,7 +26,7 @@ from parlab import launch
 from parlab.check._compare import fail
 from parlab.errors import CheckFailed, reference_message, refused
 
-__all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "MODE", "TRUSTED_KEYS", "ranks", "run_checked",
+__all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "TRUSTED_KEYS", "ranks", "run_checked",
            "call_learner",
            "refuse_in_rank", "not_reexport", "not_reference", "exercise", "reset_outcomes"]
 
@@ -35,10 +35,6 @@ SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "sh
                 "Sizes of tensors must match", "invalid gradient", "tensor list size")
 """Phrases of torch's errors when tensors do not fit: a learner's shard or layout is off."""
 F = TypeVar("F", bound=Callable[..., Any])
-MODE = ""
-"""In a rank the grader's verifier started (parlab.grading.verify): "learner" where learner code
-runs (a check's helpers skip the reference and hand each rank only what it owns), "trusted"
-where the instructor's solution runs to make the reference; "" everywhere else."""
 TRUSTED_KEYS = frozenset({"ref", "column_row"})
 """Keys of a worker's result that hold the reference's values, computed in the rank: the
 verifier takes them from its own trusted run, never from a rank that ran learner code."""

@@ -20,6 +20,9 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
 - the sandbox every graded kernel runs in: parlab.grading.sandbox (`Sandbox`, `Limits`,
   `problem`), its limits as nbgrader options (parlab.grading.limits), the kernel manager
   that starts kernels in it (parlab.grading.kernels).
+- the verifier: parlab.grading.verify (`verify`, `Verdict`), which runs every graded test
+  again in the grading process, the learner's code only in sandboxed processes
+  (parlab.sandboxed) that send back plain data; ResilientExecute's `verify` option.
 - nbgrader preprocessors named in autograder/nbgrader_config.py: `ResilientExecute` (every
   submission graded, whatever its kernel does), `ParlabOverwriteCells` (restored test cells
   marked), `HideHiddenTests` (feedback without hidden tests).

@@ -37,12 +37,10 @@ import uuid
 from typing import Any
 
 import nbformat
-from jupyter_client.manager import AsyncKernelManager
 from nbclient.client import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Integer, List, Unicode, default
+from traitlets import Bool, Integer, default
 
 from parlab.grading.cells import (
     META,
@@ -56,9 +54,9 @@ from parlab.grading.names import note_undefined_name
 from parlab.grading.outputs import OutputLimits
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.grading.profile import Timings, phase_of
+from parlab.grading.verify.apply import VerifyOptions
 from parlab.grading.widget_sync import OUTPUT_WIDGETS
 
-_TRUSTED_RUNS: dict = {}  # the verifier's runs of the solution, kept for the whole class
 START_RETRIES = 2  # a kernel that dies before it answers is started again, this many times
 
 
@@ -66,7 +64,7 @@ class _Restart(Exception):
     """The kernel is gone or hung: start a new one and go on."""
 
 
-class ResilientExecute(OutputLimits, SandboxOptions, Execute):
+class ResilientExecute(OutputLimits, VerifyOptions, SandboxOptions, Execute):
     """nbgrader's Execute, surviving dead and unresponsive kernels (see the module doc)."""
 
     submission_timeout = Integer(
@@ -84,14 +82,6 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
     profile = Bool(
         False, help="Record wall and CPU seconds per phase in the notebook's metadata "
         "(parlab.grading.profile).").tag(config=True)
-    verify = Bool(
-        False, help="Decide every graded test's score in the verifier, a process that never "
-        "runs learner code (parlab.grading.verify); the notebook's own test cells still run, "
-        "for the messages. Needs the instructor's source notebook.").tag(config=True)
-    verify_only = List(
-        Unicode(), default_value=[], help="The assignments the verifier grades (all when "
-        "empty); the others keep their notebook's verdicts, marked 'not verified'."
-    ).tag(config=True)
     skip_after_last_test = Bool(
         True, help="Do not run the code cells after the last graded cell: nothing they do can "
         "change a score (a demonstration, the standing() cell).").tag(config=True)
@@ -128,7 +118,8 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         if why_stopped:
             self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
         if self.verify:
-            self._verify(resources)
+            self.verify_graded(resources)  # parlab.grading.verify.apply
+            self._timings.mark("verifier")
         self.set_widgets_metadata()
         self.nb.metadata.setdefault(META, {})["grading"] = {
             "seconds": round(time.monotonic() - start, 1), "restarts": self.restarts,
@@ -307,30 +298,6 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
         return (f"the notebook ran past {self.submission_timeout} s, the grader's limit for a "
                 "whole submission")
 
-    def _verify(self, resources: Any) -> None:
-        """The verifier's verdicts become the graded cells' scores (parlab.grading.verify)."""
-        from parlab.grading.verify import Verdict, apply, verify
-        from parlab.grading.verify.source import graded_cells
-
-        source = source_notebook(self.config, resources or {})
-        start = time.monotonic()
-        assignment = (resources or {}).get("nbgrader", {}).get("assignment", "")
-        if self.verify_only and assignment not in self.verify_only:
-            verdicts = {gid: Verdict(gid, None, f"the verifier does not grade {assignment} "
-                                     "yet (ResilientExecute.verify_only)")
-                        for gid, _, _ in graded_cells(self.nb)}
-        elif source is None:
-            verdicts = {}
-        else:
-            manager = self.manager_class(self.warm_kernels) if (
-                self.warm_kernels or self.sandbox) else AsyncKernelManager
-            cwd = (resources or {}).get("metadata", {}).get("path") or os.getcwd()
-            verdicts = verify(self.nb, nbformat.read(str(source), as_version=4), cwd=cwd,
-                              manager_class=manager, cache=_TRUSTED_RUNS)
-        apply.apply(self.nb, verdicts)
-        self._timings.mark("verifier")
-        self.nb.metadata[META]["verifier_seconds"] = round(time.monotonic() - start, 1)
-
     # --- helpers ------------------------------------------------------------------------------
     def _kernel_session(self) -> int | None:
         pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
@@ -349,16 +316,3 @@ class ResilientExecute(OutputLimits, SandboxOptions, Execute):
                 "deleted from your notebook, so it was not run and scores 0. Put it back "
                 "(copy it from the released notebook in course/) and submit again.")
 
-
-def source_notebook(config: Any, resources: dict) -> Any:
-    """The instructor's notebook that `resources` (nbgrader's, for one notebook) was made
-    from, or None when it is not there."""
-    from pathlib import Path
-
-    info = resources.get("nbgrader", {})
-    if not info.get("assignment") or not info.get("notebook"):
-        return None
-    course = CourseDirectory(config=config)
-    path = Path(course.format_path(course.source_directory, ".", info["assignment"])) / (
-        info["notebook"] + ".ipynb")
-    return path if path.exists() else None

@@ -9,3 +9,8 @@ rank imports only what it needs:
 - `host`: the requests the sandboxed kernel serves (run a worker on ranks that first run the
   learner's code, call a learner's function, read a learner's value).
 """
+
+MODE = ""
+"""In a rank the verifier started: "learner" where learner code runs (a check's helpers then
+skip the reference and hand each rank only what it owns), "trusted" where the instructor's
+solution runs to make the reference; "" everywhere else (a notebook, a test)."""

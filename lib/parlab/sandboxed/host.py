@@ -63,11 +63,11 @@ def resolve(obj: Any, ns: dict[str, Any]) -> Any:
 
 def learner_rank(source: str, mode: str, fn: Any, args: tuple, kwargs: dict) -> bytes:
     """In a rank: run `source`, then fn(*args, **kwargs) with the Answers resolved; the result
-    as `wire` bytes. mode: parlab.check._harness.MODE for this rank ("learner" or
+    as `wire` bytes. mode: parlab.sandboxed.MODE for this rank ("learner" or
     "trusted": what a check's helpers do differently when the verifier runs them)."""
-    from parlab.check import _harness
+    import parlab.sandboxed
 
-    _harness.MODE = mode
+    parlab.sandboxed.MODE = mode
     ns = wire.Answer.namespace = run_source(source)  # an Answer deeper in args calls into it
     result = fn(*resolve(args, ns), **resolve(kwargs, ns))
     return wire.encode(result)

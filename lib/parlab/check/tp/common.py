@@ -133,11 +133,11 @@ def backward(stage: str, y: Any, upstream: torch.Tensor, rank: int, hint: str = 
 
 
 def learner_mode() -> bool:
-    """This rank runs learner code for the grader's verifier (parlab.check._harness.MODE):
-    it computes no reference (the verifier has its own) and hands out only owned shards."""
-    from parlab.check import _harness
+    """This rank runs learner code for the grader's verifier (parlab.sandboxed.MODE): it
+    computes no reference (the verifier has its own) and hands out only owned shards."""
+    import parlab.sandboxed
 
-    return _harness.MODE == "learner"
+    return parlab.sandboxed.MODE == "learner"
 
 
 def _owned(kind: str, shape: torch.Size, rank: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import base64
 import builtins
 import contextlib
@@ -53,6 +54,10 @@ class Host:
         run_sync(self.km.start_kernel)(cwd=cwd, env=dict(os.environ, **{KERNEL_ENV: mark}))
         self.kc = self.km.client()
         self.kc.start_channels()
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        self._sid: int | None = None
+        with contextlib.suppress(OSError, TypeError):
+            self._sid = os.getsid(pid) if pid and os.getsid(pid) == pid else None
         run_sync(self.kc.wait_for_ready)(timeout=120)
         self.request("source", source, timeout=30)
 
@@ -89,11 +94,9 @@ class Host:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
-        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
         with contextlib.suppress(Exception):
             run_sync(self.km.shutdown_kernel)(now=True)
-        with contextlib.suppress(OSError):
-            kill_kernel_tree(os.getsid(pid) if pid else None, self._token)
+        kill_kernel_tree(self._sid, self._token)  # the ranks and the stand-in too
         if (close := getattr(self.km, "close_sandbox", None)) is not None:
             close()
 
@@ -232,4 +235,23 @@ class Session:
             launch.run, wire.Answer.caller = saved
 
 
-_TRUE_RUN = launch.run
+def _true_run(fn: Any, world_size: int, *args: Any, **kwargs: Any) -> list:
+    """launch.run on trusted ranks of this process; the forkserver it starts is stopped when
+    this process exits, so that nothing of the grader's outlives its worker."""
+    if not _STOP_AT_EXIT:
+        _STOP_AT_EXIT.append(atexit.register(_stop_forkserver))
+    return _LAUNCH_RUN(fn, world_size, *args, **kwargs)
+
+
+def _stop_forkserver() -> None:
+    from multiprocessing import forkserver, resource_tracker
+
+    helpers: list[Any] = [forkserver._forkserver, resource_tracker._resource_tracker]
+    for helper in helpers:
+        with contextlib.suppress(Exception):
+            helper._stop()
+
+
+_LAUNCH_RUN = launch.run
+_STOP_AT_EXIT: list = []
+_TRUE_RUN = _true_run
