@@ -52,7 +52,8 @@ ATTACKERS = {a.student for a in ATTACKS}
 REQUIRED = {"read_answers", "write_gradebook", "write_others", "write_instructor",
             "leave_process", "kill_grader", "reach_kernel",
             # verdicts forged in the learner's kernel (the verifier, issue 30)
-            "patch_checks", "patch_launcher", "patch_ipython", "patch_builtins"}
+            "patch_checks", "patch_launcher", "patch_ipython", "patch_builtins",
+            "exfiltrate_hidden"}
 # Each attack prints and writes its marker, PWNED-<name>, for whatever it managed; it is put
 # together when the attack runs, so no file of the corpus or notebook holds it.
 MARKERS = [b"PWN" + b"ED-" + a.name.encode() for a in ATTACKS]

@@ -114,11 +114,12 @@ class ResilientExecute(OutputLimits, VerifyOptions, SandboxOptions, Execute):
             self.nb.metadata[META]["grading"] = {"seconds": 0.0, "restarts": 0}
             return self.nb, self.resources
         end = self._end()
+        withheld = self.withhold_hidden(resources)  # parlab.grading.verify.apply
         index, why_stopped = self._run_cells(end, resources)
         if why_stopped:
             self._finish(index, "NotRun", f"not run: grading stopped because {why_stopped}.")
         if self.verify:
-            self.verify_graded(resources)  # parlab.grading.verify.apply
+            self.verify_graded(resources, withheld)
             self._timings.mark("verifier")
         self.set_widgets_metadata()
         self.nb.metadata.setdefault(META, {})["grading"] = {

@@ -11,17 +11,21 @@
   cells (what the tests may name: `LLAMA3_70B = planner.Model(...)`); calls on their own, a
   print or a figure, are left out.
 - `graded_cells(nb)`: (grade id, source, points) of every graded cell, hidden tests included (in
-  the graded notebook nbgrader has put them back from the gradebook).
+  the graded notebook nbgrader has put them back from the gradebook); `split_hidden` parts a
+  test cell's code into what the learner sees and its hidden tests.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from parlab.grading.cells import grade_id, is_answer_cell, is_graded_cell
 
-__all__ = ["learner_source", "answer_names", "released_source", "graded_cells"]
+__all__ = ["learner_source", "answer_names", "released_source", "graded_cells", "split_hidden"]
+_HIDDEN = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS[ \t]*\n(.*?)"
+                     r"^[ \t]*#+[ \t]*END HIDDEN TESTS[ \t]*(\n|$)", re.DOTALL | re.MULTILINE)
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _IMPORTS = (ast.Import, ast.ImportFrom)
@@ -109,3 +113,10 @@ def graded_cells(nb: Any) -> list[tuple[str, str, float]]:
     """(grade id, source, points) of every graded code cell, in order."""
     return [(str(grade_id(c)), c.source, float(c.metadata.nbgrader.get("points") or 0))
             for c in _code_cells(nb) if is_graded_cell(c) and not is_answer_cell(c)]
+
+
+def split_hidden(source: str) -> tuple[str, str]:
+    """(the visible code of a test cell, the code of its hidden tests): nbgrader's
+    `### BEGIN HIDDEN TESTS ... ### END HIDDEN TESTS` regions taken out, and their bodies."""
+    hidden = "".join(m.group(1) for m in _HIDDEN.finditer(source))
+    return _HIDDEN.sub("", source), hidden

@@ -10,8 +10,10 @@ code only in its sandbox, and a verdict per graded test that no submission can f
    `parlab.launch.run` and the learner's names going through the `Session`: whatever the
    learner's code does in its processes, what reaches this process is data, and the
    comparisons, references and verdicts are made here.
-A test passes when its code raises nothing. `Verdict.passed` is None when the verifier could
-not run it at all (its sandbox did not start), never because of what the learner's code did.
+A test passes when its code raises nothing; `Verdict.visible` says whether its visible part
+did (the notebook may have run only that: `VerifyOptions.withhold_hidden`).
+`Verdict.passed` is None when the verifier could not run it at all (its sandbox did not
+start), never because of what the learner's code did.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from parlab.grading.verify.source import (
     graded_cells,
     learner_source,
     released_source,
+    split_hidden,
 )
 from parlab.sandboxed import wire
 
@@ -42,6 +45,8 @@ class Verdict:
     grade_id: str
     passed: bool | None  # None: not verified (the verifier could not run)
     message: str = ""  # why it failed (what the learner reads), or why it was not verified
+    visible: bool | None = None  # its visible part alone passed (what a notebook that runs
+    # only the visible tests can be compared with)
 
 
 def _summary(exc: BaseException) -> str:
@@ -54,6 +59,17 @@ def _run_statements(source: str, ns: dict[str, Any]) -> None:
     for stmt in ast.parse(source).body:
         with contextlib.suppress(Exception):
             exec(compile(ast.Module(body=[stmt], type_ignores=[]), "<released>", "exec"), ns)  # noqa: S102
+
+
+def _run_test(gid: str, code: str, ns: dict[str, Any]) -> Verdict:
+    """One test cell's code: its visible part, then its hidden tests, in `ns`."""
+    visible, hidden = split_hidden(code)
+    for is_hidden, part in ((False, visible), (True, hidden)):
+        try:
+            exec(compile(part, f"<test {gid}>", "exec"), ns)  # noqa: S102
+        except Exception as exc:  # noqa: BLE001 - the learner's failure, as a verdict
+            return Verdict(gid, False, _summary(exc), visible=is_hidden)
+    return Verdict(gid, True, visible=True)
 
 
 def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
@@ -85,11 +101,7 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
                 except Exception:  # noqa: BLE001 - the tests then fail on it
                     ns[name] = wire.Answer(name)
             for gid, code, _ in tests:
-                try:
-                    exec(compile(code, f"<test {gid}>", "exec"), ns)  # noqa: S102
-                    verdicts[gid] = Verdict(gid, True)
-                except Exception as exc:  # noqa: BLE001 - the learner's failure, as a verdict
-                    verdicts[gid] = Verdict(gid, False, _summary(exc))
+                verdicts[gid] = _run_test(gid, code, ns)
     finally:
         reset_outcomes()
         if own:
