@@ -4,8 +4,9 @@ With `--ResilientExecute.profile=True` the executor records, in the autograded n
 metadata (`parlab.grading.profile`), {phase: [wall s, CPU s]} for: kernel start (until the
 kernel answers), imports (the cell tagged `imports`, else the first code cell), answer cells,
 test cells (in a cold kernel the first one also starts the forkserver for the ranks),
-demonstration cells (every other code cell), replays after a restart, and kernel shutdown
-(wall only). CPU is that of the kernel's session, ranks included (user + system, with the
+demonstration cells (every other code cell), replays after a restart, kernel shutdown
+(wall only), and the verifier (wall only: its work is in the grading process and the
+verifier's own sandbox, parlab.grading.verify). CPU is that of the kernel's session, ranks included (user + system, with the
 children it has reaped), read from /proc; benchmarks/bench_class.py adds them up over a
 class. Off by default: each reading scans /proc.
 """
@@ -20,7 +21,8 @@ from nbformat import NotebookNode
 
 from parlab.grading.cells import is_answer_cell, is_graded_cell
 
-PHASES = ("kernel start", "imports", "answers", "tests", "demos", "replay", "shutdown")
+PHASES = ("kernel start", "imports", "answers", "tests", "demos", "replay", "shutdown",
+          "verifier")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
