@@ -6,9 +6,10 @@ kernel answers), imports (the cell tagged `imports`, else the first code cell), 
 test cells (in a cold kernel the first one also starts the forkserver for the ranks),
 demonstration cells (every other code cell), replays after a restart, kernel shutdown
 (wall only), and the verifier (wall only: its work is in the grading process and the
-verifier's own sandbox, parlab.grading.verify). CPU is that of the kernel's session, ranks included (user + system, with the
-children it has reaped), read from /proc; benchmarks/bench_class.py adds them up over a
-class. Off by default: each reading scans /proc.
+verifier's own sandbox, parlab.grading.verify). CPU is that of the kernel's session, ranks
+included (user + system, with the children it has reaped), read from /proc;
+benchmarks/bench_class.py adds them up over a class. Off by default: each reading scans
+/proc.
 """
 
 from __future__ import annotations
