@@ -32,16 +32,17 @@ CALL_TIMEOUT_S = 15.0  # one call of a learner's function from a test (a cell's 
 _STATE: dict[str, Any] = {}
 
 
-def run_source(source: str) -> dict[str, Any]:
-    """The namespace the learner's code leaves, as a notebook would (one statement failing
-    does not stop the next: each cell of the notebook ran on its own)."""
+def run_source(source: str, ns: dict[str, Any] | None = None,
+               filename: str = "<answer cell>") -> dict[str, Any]:
+    """The namespace `source` leaves (in `ns`, or a fresh __main__), run statement by
+    statement as a notebook would (one failing does not stop the next)."""
     import ast
 
-    ns: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    ns = {"__name__": "__main__", "__builtins__": __builtins__} if ns is None else ns
     for stmt in ast.parse(source).body:
-        code = compile(ast.Module(body=[stmt], type_ignores=[]), "<answer cell>", "exec")
+        code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec")
         try:
-            exec(code, ns)  # noqa: S102 - the learner's code, in its sandboxed process
+            exec(code, ns)  # noqa: S102 - learner code only in its sandboxed processes
         except Exception:  # noqa: BLE001, S110 - as in a notebook, the next cell still runs
             pass
     return ns

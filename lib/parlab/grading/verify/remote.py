@@ -187,7 +187,7 @@ class Session:
             timeout: float = 60.0, trace: Any = None, **kwargs: Any) -> list:
         options: dict[str, Any] = {"backend": backend, "timeout": timeout}
         if not _has_answer((args, kwargs)):
-            return _TRUE_RUN(fn, world_size, *args, **options, **kwargs)
+            return _true_run(fn, world_size, *args, **options, **kwargs)
         reply = self._request("run", (fn, world_size, args, kwargs, options), timeout + 60)
         if "error" in reply:
             raise rebuild(reply)
@@ -206,7 +206,7 @@ class Session:
         key = hashlib.sha256(cloudpickle.dumps((self.solution, fn, world_size, args, kwargs,
                                                 options))).hexdigest()
         if key not in self.cache:
-            out = _TRUE_RUN(learner_rank, world_size, self.solution, "trusted", fn, args, kwargs,
+            out = _true_run(learner_rank, world_size, self.solution, "trusted", fn, args, kwargs,
                             **options)
             self.cache[key] = [wire.decode(r) for r in out]
         return self.cache[key]
@@ -254,4 +254,3 @@ def _stop_forkserver() -> None:
 
 _LAUNCH_RUN = launch.run
 _STOP_AT_EXIT: list = []
-_TRUE_RUN = _true_run

@@ -18,7 +18,6 @@ start), never because of what the learner's code did.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from parlab.grading.verify.source import (
     split_hidden,
 )
 from parlab.sandboxed import wire
+from parlab.sandboxed.host import run_source
 
 __all__ = ["Verdict", "verify"]
 
@@ -52,13 +52,6 @@ class Verdict:
 def _summary(exc: BaseException) -> str:
     text = exc.summary() if hasattr(exc, "summary") else str(exc)
     return f"{type(exc).__name__}: {text}".strip()
-
-
-def _run_statements(source: str, ns: dict[str, Any]) -> None:
-    """The instructor's released code, statement by statement (one failing is skipped)."""
-    for stmt in ast.parse(source).body:
-        with contextlib.suppress(Exception):
-            exec(compile(ast.Module(body=[stmt], type_ignores=[]), "<released>", "exec"), ns)  # noqa: S102
 
 
 def _run_test(gid: str, code: str, ns: dict[str, Any]) -> Verdict:
@@ -94,7 +87,7 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
     try:
         with session.bound(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             reset_outcomes()
-            _run_statements(released_source(source_nb), ns)
+            run_source(released_source(source_nb), ns, "<released>")  # the instructor's
             for name in answer_names(source_nb):
                 try:
                     ns[name] = session.value(name)
