@@ -71,6 +71,10 @@ def test_wire_carries_plain_data_only() -> None:
         wire.decode(pickle.dumps(_Evil()))
     with pytest.raises(wire.WireError, match="cannot read as data"):
         wire.encode({"model": torch.nn.Linear(2, 2)})
+    flat = torch.arange(8.0)  # a shard kept as a view holds the whole storage, there and here
+    view, copied = wire.decode(wire.encode([flat[2:4], flat[2:4].clone()]))
+    assert torch.equal(view, flat[2:4]) and view.untyped_storage().nbytes() == 32
+    assert copied.untyped_storage().nbytes() == 8
 
 
 def test_a_bare_call_in_an_answer_cell_is_not_learner_source() -> None:

@@ -172,11 +172,19 @@ def _refusal_code(n_free: int, message: str) -> types.CodeType:
 def refused(references: Iterable[object], message: str) -> Iterator[None]:
     """Inside the block each function of `references` (each function a class defines) raises
     CheckFailed(message); outside it they run as written, even after an exception."""
+    references = list(references)
     saved = [(fn, fn.__code__) for fn in _functions(references)]
     for fn, code in saved:
         fn.__code__ = _refusal_code(len(code.co_freevars), message)
+    REFUSING.append((references, message))
     try:
         yield
     finally:
+        REFUSING.pop()
         for fn, code in saved:
             fn.__code__ = code
+
+
+REFUSING: list[tuple[list[object], str]] = []
+"""The refusals in force here, innermost last: a call of the learner's code that runs in
+another process (the verifier's stand-in, parlab.sandboxed) takes them along."""

@@ -8,7 +8,9 @@ starts the processes that do:
   (`learner_rank`): the worker's arguments that are `Answer`s become what the learner's code
   defined under those names, and the result goes back encoded as plain data (`wire`);
 - "call" / "value": the learner's stand-in for the notebook's kernel (`serve_learner`, one
-  process, started once): call one of the learner's functions, or read one of its values.
+  process, started once): call one of the learner's functions (under the check's refusals;
+  the tensors it changed in place come back too), or read one of its values (of a callable:
+  where it says it was defined, `wire.describe`).
 
 Every reply is printed as one line, MARK followed by base64 of `wire` bytes; a failure is
 sent as data too ({"error": kind, ...}), and the verifier turns it back into the exception the
@@ -25,7 +27,8 @@ import cloudpickle
 
 from parlab.sandboxed import wire
 
-__all__ = ["MARK", "handle", "learner_rank", "serve_learner", "run_source", "resolve"]
+__all__ = ["MARK", "handle", "handed_tensors", "learner_rank", "serve_learner", "run_source",
+           "resolve"]
 
 MARK = "@@parlab-verify@@"
 CALL_TIMEOUT_S = 15.0  # one call of a learner's function from a test (a cell's timeout)
@@ -90,20 +93,53 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return out
 
 
+def handed_tensors(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The tensors a call is handed, by where they are (an argument, or an item of one)."""
+    import torch
+
+    found: dict[str, Any] = {}
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        items = value.items() if type(value) is dict else enumerate(value) \
+            if type(value) in (list, tuple) else [(None, value)]
+        for sub, item in items:
+            if isinstance(item, torch.Tensor):
+                found[f"{key}" if sub is None else f"{key}/{sub}"] = item
+    return found
+
+
+def _call(obj: Any, args: tuple, kwargs: dict, refusing: list) -> dict[str, Any]:
+    """obj(*args, **kwargs) under the check's refusals; the value, and the tensors it was
+    handed that it changed in place (the verifier changes its own copies the same way)."""
+    import contextlib
+
+    from parlab.errors import refused
+
+    handed = handed_tensors(args, kwargs)
+    before = {k: t.detach().clone() for k, t in handed.items()}
+    with contextlib.ExitStack() as stack:
+        for references, message in refusing:
+            stack.enter_context(refused(references, message))
+        value = obj(*args, **kwargs)
+    changed = {k: t.detach() for k, t in handed.items()
+               if t.shape != before[k].shape or not t.detach().equal(before[k])}
+    return {"value": value, "changed": changed} if changed else {"value": value}
+
+
 def serve_learner(source: str, conn: Any) -> None:
-    """The learner's stand-in for the kernel: answer (kind, name, args, kwargs) requests."""
+    """The learner's stand-in for the kernel: answer (kind, name, args, kwargs, refusing)
+    requests: a value (or what a callable is), or a call under the check's refusals."""
     ns = wire.Answer.namespace = run_source(source)
     while True:
         try:
-            kind, name, args, kwargs = conn.recv()
+            kind, name, args, kwargs, refusing = conn.recv()
         except EOFError:
             return
         try:
             obj = resolve(wire.Answer(name), ns)
             if kind == "value":
-                reply = {"callable": True} if callable(obj) else {"value": obj}
+                reply = {"callable": wire.describe(obj)} if callable(obj) else {"value": obj}
             else:
-                reply = {"value": obj(*resolve(args, ns), **resolve(kwargs, ns))}
+                reply = _call(obj, resolve(args, ns), resolve(kwargs, ns), refusing)
             data = wire.encode(reply)
         except Exception as exc:  # noqa: BLE001 - sent to the verifier as data
             data = wire.encode(_error(exc))
@@ -124,9 +160,10 @@ def _learner_process() -> Any:
     return proc
 
 
-def _ask(kind: str, name: str, args: tuple, kwargs: dict, timeout: float) -> bytes:
+def _ask(kind: str, name: str, args: tuple, kwargs: dict, refusing: list,
+         timeout: float) -> bytes:
     p, conn = _learner_process()
-    conn.send((kind, name, args, kwargs))
+    conn.send((kind, name, args, kwargs, refusing))
     if conn.poll(timeout):
         try:
             return conn.recv_bytes()
@@ -165,6 +202,6 @@ def handle(request: str) -> None:
     elif kind == "run":
         reply = _run(*body)
     else:
-        name, args, kwargs = body
-        reply = _ask(kind, name, args, kwargs, CALL_TIMEOUT_S)
+        name, args, kwargs, refusing = body
+        reply = _ask(kind, name, args, kwargs, refusing, CALL_TIMEOUT_S)
     print(MARK + base64.b64encode(reply).decode(), flush=True)

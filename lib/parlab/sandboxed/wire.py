@@ -7,7 +7,9 @@ walk that refuses anything else. What `encode` cannot send plainly is refused wh
 made, with a message naming the type; slices travel as {"__slice__": [start, stop, step]},
 and the course's own dataclasses and NamedTuples (a `parlab.comm.Event`, a `parlab.pp.Action`)
 as {"__dataclass__": "module:name", "fields": {...}}, rebuilt with their own constructor: only
-a type defined in a parlab module is, never a learner's class.
+a type defined in a parlab module is, never a learner's class. A tensor that is a view into a
+larger storage travels as {"__view__": its values, "held": the storage's bytes} and comes back
+in a storage that large, so a check of what a shard keeps alive reads the same here.
 
 `Answer(name)` stands for one of the learner's names in the verifier: calling it asks the
 learner's process to call it (parlab.grading.verify.remote binds the caller); sent to a rank,
@@ -23,12 +25,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["MAX_BYTES", "WireError", "Answer", "encode", "decode"]
+__all__ = ["MAX_BYTES", "WireError", "Answer", "describe", "encode", "decode"]
 
 MAX_BYTES = 64 << 20  # the most one reply may hold
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _SLICE = "__slice__"
 _DATACLASS = "__dataclass__"
+_VIEW = "__view__"
 
 
 def _ours(cls: Any) -> bool:
@@ -56,9 +59,14 @@ class Answer:
     caller: Any = None  # (name, args, kwargs) -> result, bound by the verifier's session
     namespace: dict | None = None  # in a rank: what the learner's code defined
 
-    def __init__(self, name: str) -> None:
-        self.__name__ = self.__qualname__ = self.name = name
-        self.__module__ = "__main__"
+    def __init__(self, name: str, *, module: str = "__main__", qualname: str = "",
+                 bases: tuple = ()) -> None:
+        self.__name__ = self.name = name
+        self.__qualname__ = qualname or name
+        self.__module__ = module  # where the learner's object says it was defined: a check
+        # that refuses a re-export of the course's reference reads it (and `__mro__`)
+        if bases:
+            self.__mro__ = (self, *(_Named(m, n) for m, n in bases))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if Answer.namespace is not None and self.name in Answer.namespace:  # in a rank
@@ -74,15 +82,54 @@ class Answer:
         return (Answer, (self.name,))
 
 
+class _Named:
+    """A base class of a learner's class, as a check's refusal reads it: module and name."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.__module__, self.__name__ = module, name
+
+
+def describe(obj: Any) -> dict[str, Any]:
+    """What a check may read of a learner's callable without calling it: where it (or what it
+    wraps) was defined, and the bases of a class."""
+    target = getattr(obj, "__wrapped__", obj)
+    out = {"module": str(getattr(target, "__module__", "") or ""),
+           "qualname": str(getattr(target, "__qualname__", "") or "")}
+    if isinstance(obj, type):
+        out["bases"] = [(str(b.__module__), str(b.__name__)) for b in obj.__mro__[1:]]
+    return out
+
+
+def _tensor(t: torch.Tensor, path: str) -> Any:
+    """A dense tensor as plain data; a view into a larger storage says how much it holds, so
+    that a check of what a shard keeps alive reads the same on the other side."""
+    if t.layout != torch.strided or t.is_quantized:
+        raise WireError(f"{path} is a {t.layout} tensor: send a dense one")
+    out = torch.Tensor(t.detach().cpu()).clone() if type(t) is not torch.Tensor \
+        else t.detach().cpu().clone()
+    held = t.untyped_storage().nbytes()
+    if held > t.numel() * t.element_size():
+        return {_VIEW: out, "held": int(held)}
+    return out
+
+
+def _held(t: Any, held: Any) -> torch.Tensor:
+    """`t` copied into a storage of `held` bytes (at most MAX_BYTES), as it was sent."""
+    if type(t) is not torch.Tensor or not isinstance(held, int):
+        raise WireError("a view is sent as a tensor and the bytes it held")
+    size = t.element_size()
+    n = max(t.numel(), min(held, MAX_BYTES) // max(size, 1))
+    out = torch.empty(n, dtype=t.dtype)[: t.numel()].view(t.shape)
+    out.copy_(t)
+    return out
+
+
 def plain(obj: Any, path: str = "result") -> Any:
     """obj as plain data (tensors detached, on the CPU), or WireError naming what is not."""
     if isinstance(obj, _SCALARS):
         return obj
     if isinstance(obj, torch.Tensor):
-        if obj.layout != torch.strided or obj.is_quantized:
-            raise WireError(f"{path} is a {obj.layout} tensor: send a dense one")
-        return torch.Tensor(obj.detach().cpu()).clone() if type(obj) is not torch.Tensor \
-            else obj.detach().cpu().clone()
+        return _tensor(obj, path)
     if isinstance(obj, slice):
         return {_SLICE: [plain(obj.start), plain(obj.stop), plain(obj.step)]}
     if _ours(type(obj)):
@@ -124,6 +171,8 @@ def _check(obj: Any, depth: int = 0) -> Any:
     if type(obj) is dict or (isinstance(obj, dict) and type(obj).__name__ == "OrderedDict"):
         if set(obj) == {_SLICE} and isinstance(obj[_SLICE], list) and len(obj[_SLICE]) == 3:
             return slice(*(_check(v, depth + 1) for v in obj[_SLICE]))
+        if set(obj) == {_VIEW, "held"}:
+            return _held(obj[_VIEW], obj["held"])
         if set(obj) == {_DATACLASS, "fields"} and isinstance(obj["fields"], dict):
             return _rebuild(obj[_DATACLASS], _check(obj["fields"], depth + 1))
         return {_check(k, depth + 1): _check(v, depth + 1) for k, v in obj.items()}

@@ -31,15 +31,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
+import torch
 from jupyter_core.utils import run_sync
 
 from parlab import launch
 from parlab.check import _harness
-from parlab.errors import CheckFailed
+from parlab.errors import REFUSING, CheckFailed
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
 from parlab.sandboxed import wire
-from parlab.sandboxed.host import MARK, learner_rank
+from parlab.sandboxed.host import MARK, handed_tensors, learner_rank
 
 __all__ = ["Host", "Session", "rebuild"]
 
@@ -212,16 +213,31 @@ class Session:
         return self.cache[key]
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
-        reply = self._request("call", (name, args, kwargs), 60)
+        """The learner's `name` called in its stand-in, under the refusals in force here; the
+        tensors it changed in place there are changed the same way here."""
+        reply = self._request("call", (name, args, kwargs, list(REFUSING)), 60)
         if "error" in reply:
             raise rebuild(reply)
+        handed = handed_tensors(args, kwargs)
+        for key, new in (reply.get("changed") or {}).items():
+            if key in handed and isinstance(new, torch.Tensor):
+                with torch.no_grad():
+                    if handed[key].shape == new.shape:
+                        handed[key].copy_(new)
+                    else:
+                        handed[key].set_(new.clone())
         return reply.get("value")
 
     def value(self, name: str) -> Any:
-        """What a test sees under the learner's `name`: an Answer, or its plain value."""
-        reply = self._request("value", (name, (), {}), 60)
-        if "error" in reply or reply.get("callable"):
+        """What a test sees under the learner's `name`: an Answer (described as the learner's
+        object describes itself), or its plain value."""
+        reply = self._request("value", (name, (), {}, []), 60)
+        if "error" in reply:
             return wire.Answer(name)
+        if isinstance(about := reply.get("callable"), dict):
+            return wire.Answer(name, module=str(about.get("module") or "__main__"),
+                               qualname=str(about.get("qualname") or ""),
+                               bases=tuple(tuple(b) for b in about.get("bases") or ()))
         return reply.get("value")
 
     @contextlib.contextmanager
