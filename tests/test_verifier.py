@@ -40,6 +40,7 @@ from parlab.grading.verify import verify
 from parlab.grading.verify.remote import Host
 from parlab.grading.verify.source import graded_cells, learner_source, released_source
 from parlab.sandboxed import wire
+from parlab.sandboxed.host import run_source
 
 TP = ROOT / "solutions" / "02_tensor_parallel" / "02_tensor_parallel.ipynb"
 FULL_WEIGHTS = '''
@@ -146,10 +147,11 @@ def _only(nb: nbformat.NotebookNode, tests: set[str]) -> nbformat.NotebookNode:
 
 
 def _in_notebook(nb: nbformat.NotebookNode) -> dict[str, bool]:
-    """Each test's outcome as the learner's kernel has it: the imports cell and the answer
-    cells run into one fresh module (not in sys.modules, so cloudpickle ships its classes by
+    """Each test's outcome as the learner's kernel has it: the released constants, the imports
+    cell and the answer cells run into one fresh module (not in sys.modules, so cloudpickle ships its classes by
     value, as from a notebook), then the test cells' code, hidden tests included."""
     module = types.ModuleType(f"learner_notebook_{next(_COUNT)}")
+    run_source(released_source(nb), module.__dict__)  # what the tests name: LLAMA3_70B = ...
     for c in nb.cells:
         if c.cell_type == "code" and ("imports" in c.metadata.get("tags", [])
                                       or is_answer_cell(c)):

@@ -11,6 +11,10 @@
   raise `CheckFailed` (a rank is a process of its own, started for one check).
 - `not_reexport` / `not_reference`: the same refusal, before anything runs, for an answer
   that IS the course's reference (a re-export, or a subclass of it).
+- `on_learner_side(fn, *args)`: a check's own function that must run where the learner's code
+  lives (it calls an answer, runs backward through its graph, measures what it keeps): here
+  in a notebook, in the learner's stand-in under the verifier (parlab.grading.verify); what
+  it returns is plain data.
 - `exercise(key, needs=...)`: record whether a check passed in this kernel; when it fails and
   a check it builds on failed earlier, say so first ("fix exercise 1 first").
 """
@@ -28,7 +32,8 @@ from parlab.errors import CheckFailed, reference_message, refused
 
 __all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "TRUSTED_KEYS", "ranks", "run_checked",
            "call_learner",
-           "refuse_in_rank", "not_reexport", "not_reference", "exercise", "reset_outcomes"]
+           "refuse_in_rank", "not_reexport", "not_reference", "on_learner_side", "exercise",
+           "reset_outcomes"]
 
 CHECK_TIMEOUT_S = 20.0  # launcher timeout of a graded check; nbgrader's cell timeout is 60 s
 SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "shape '[",
@@ -65,6 +70,18 @@ def call_learner(stage: str, fn: Callable[..., Any], *args: Any, hint: str | Non
         fail(f"{stage} raised {type(exc).__name__}: {text}", rank=rank,
              hint=hint or "read the error and your code below; the check ran it on "
              + (f"{_world()} ranks" if rank is not None else "one process"))
+
+
+def on_learner_side(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), in the learner's process when the verifier runs this check (an
+    argument stands for one of the learner's names there); fn is a check's module-level
+    function and returns plain data (tensors, numbers, lists, dicts)."""
+    from parlab.sandboxed import wire
+
+    if wire.Answer.caller is not None and any(isinstance(a, wire.Answer)
+                                              for a in (*args, *kwargs.values())):
+        return wire.Answer.caller(fn, args, kwargs)
+    return fn(*args, **kwargs)
 
 
 def _world() -> int:

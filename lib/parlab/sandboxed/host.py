@@ -27,8 +27,8 @@ import cloudpickle
 
 from parlab.sandboxed import wire
 
-__all__ = ["MARK", "handle", "handed_tensors", "learner_rank", "serve_learner", "run_source",
-           "resolve"]
+__all__ = ["MARK", "handle", "handed_tensors", "named", "found", "learner_rank",
+           "serve_learner", "run_source", "resolve"]
 
 MARK = "@@parlab-verify@@"
 CALL_TIMEOUT_S = 15.0  # one call of a learner's function from a test (a cell's timeout)
@@ -107,6 +107,29 @@ def handed_tensors(args: tuple, kwargs: dict) -> dict[str, Any]:
     return found
 
 
+def named(ref: Any) -> tuple[str, str, bool] | None:
+    """Where a refused function or class is found by name: (module, qualname, the function
+    that name wraps (`__wrapped__`) rather than the name's own); None when it is not."""
+    module, qualname = getattr(ref, "__module__", None), getattr(ref, "__qualname__", "")
+    try:
+        obj = found(module, qualname, False)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    if obj is ref or getattr(obj, "__wrapped__", None) is ref:
+        return str(module), str(qualname), obj is not ref
+    return None
+
+
+def found(module: Any, qualname: str, wrapped: bool) -> Any:
+    """The object `named` describes, looked up here."""
+    import importlib
+
+    obj = importlib.import_module(str(module))
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj.__wrapped__ if wrapped else obj
+
+
 def _call(obj: Any, args: tuple, kwargs: dict, refusing: list) -> dict[str, Any]:
     """obj(*args, **kwargs) under the check's refusals; the value, and the tensors it was
     handed that it changed in place (the verifier changes its own copies the same way)."""
@@ -117,8 +140,8 @@ def _call(obj: Any, args: tuple, kwargs: dict, refusing: list) -> dict[str, Any]
     handed = handed_tensors(args, kwargs)
     before = {k: t.detach().clone() for k, t in handed.items()}
     with contextlib.ExitStack() as stack:
-        for references, message in refusing:
-            stack.enter_context(refused(references, message))
+        for names, message in refusing:
+            stack.enter_context(refused([found(*n) for n in names], message))
         value = obj(*args, **kwargs)
     changed = {k: t.detach() for k, t in handed.items()
                if t.shape != before[k].shape or not t.detach().equal(before[k])}
@@ -135,7 +158,8 @@ def serve_learner(source: str, conn: Any) -> None:
         except EOFError:
             return
         try:
-            obj = resolve(wire.Answer(name), ns)
+            obj = name if callable(name) else resolve(wire.Answer(name), ns)  # a check's
+            # own function (parlab.check._harness.on_learner_side), or the learner's name
             if kind == "value":
                 reply = {"callable": wire.describe(obj)} if callable(obj) else {"value": obj}
             else:
@@ -175,7 +199,8 @@ def _ask(kind: str, name: str, args: tuple, kwargs: dict, refusing: list,
     _STATE.pop("proc", None)
     why = (f"did not return within {timeout:.0f} s" if alive else
            f"ended its process (exit code {p.exitcode})")
-    return wire.encode({"error": "CheckFailed", "message": f"{name}(...) {why}"})
+    what = f"{name}(...)" if isinstance(name, str) else "your code, called by the check,"
+    return wire.encode({"error": "CheckFailed", "message": f"{what} {why}"})
 
 
 def _run(fn: Any, world_size: int, args: tuple, kwargs: dict, options: dict) -> bytes:

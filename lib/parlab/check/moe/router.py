@@ -21,8 +21,9 @@ from collections.abc import Callable
 import torch
 
 from parlab.check._compare import assert_close, assert_equal, assert_unchanged, expect_type, fail
-from parlab.check._harness import call_learner, exercise, not_reexport
+from parlab.check._harness import call_learner, exercise, not_reexport, on_learner_side
 from parlab.check.moe.common import F64_TOL, KEYS, REFUSAL, references, story
+from parlab.errors import CheckFailed
 
 __all__ = ["check_router", "check_capacity", "WORKED", "WORKED_KEEP"]
 GATES_RENORM = ("the gates are the softmax probabilities over ALL E experts of the chosen "
@@ -67,6 +68,30 @@ def _wrong_aux(x: torch.Tensor, w: torch.Tensor, experts: torch.Tensor,
             (e * (f1 * p.mean(0)).sum(), AUX_F)]
 
 
+def _routed(router: Callable, x: torch.Tensor, w: torch.Tensor, up: torch.Tensor, k: int,
+            label: str) -> dict:
+    """The learner's side of one routing (on_learner_side): its router on copies of x and the
+    weight, then backward of sum(gates * u) + aux through its graph; plain data back."""
+    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = call_learner(label, router, xl, wl, k, refuse=references(), refusal=REFUSAL)
+    expect_type(out, tuple, name=label, what="a tuple (gates, experts, aux)")
+    if len(out) != 3:
+        fail(f"{label} returned a tuple of {len(out)} items, expected (gates, experts, aux)",
+             hint="return gates, experts, aux (in that order)")
+    g_l, e_l, a_l = out
+    a_t = a_l if isinstance(a_l, torch.Tensor) else torch.tensor(float(a_l))
+    graphs = isinstance(g_l, torch.Tensor) and g_l.requires_grad and a_t.requires_grad
+    backward = ("", "")  # its failure (message, traceback), raised after the values
+    if graphs and g_l.shape == (x.shape[0], k) and a_t.numel() == 1:
+        try:
+            call_learner(f"backward of {label}", (g_l * up[:, :k]).sum().add(a_t).backward,
+                         refuse=references(), refusal=REFUSAL)
+        except CheckFailed as exc:
+            backward = (str(exc), exc.learner_traceback)
+    return {"out": (g_l, e_l, a_t), "x": xl, "w": wl, "graphs": graphs, "backward": backward,
+            "grads": (xl.grad, wl.grad)}
+
+
 def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
                  skew: float) -> None:
     from parlab.moe.layer import balance_loss, route
@@ -77,15 +102,10 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     gates, experts, probs = route(xr, wr, k=k)
     aux = balance_loss(probs, experts, num_experts=e)
     (gates * up[:, :k]).sum().add(aux).backward()
-    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
-    out = call_learner(label, router, xl, wl, k, refuse=references(), refusal=REFUSAL)
-    expect_type(out, tuple, name=label, what="a tuple (gates, experts, aux)")
-    if len(out) != 3:
-        fail(f"{label} returned a tuple of {len(out)} items, expected (gates, experts, aux)",
-             hint="return gates, experts, aux (in that order)")
-    assert_unchanged(x, xl, name="x")
-    assert_unchanged(w, wl, name="weight")
-    g_l, e_l, a_l = out
+    got = on_learner_side(_routed, router, x, w, up, k, label)
+    assert_unchanged(x, got["x"], name="x")
+    assert_unchanged(w, got["w"], name="weight")
+    g_l, e_l, a_t = got["out"]
     assert_close(e_l, experts.to(e_l.dtype) if isinstance(e_l, torch.Tensor) else experts,
                  name=f"{label}: experts", rtol=0, atol=0,
                  hint="the k experts of each token, largest probability first: "
@@ -94,18 +114,18 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     assert_close(g_l, gates.detach(), name=f"{label}: gates", **F64_TOL,
                  hint=story(g_l, [(renorm, GATES_RENORM)]) or "the gates are the values of "
                  "softmax(x @ weight.T).topk(k, dim=-1), in the order of the experts")
-    a_t = a_l if isinstance(a_l, torch.Tensor) else torch.tensor(float(a_l))
     assert_close(a_t.reshape(()), aux.detach(), name=f"{label}: aux balance loss", **F64_TOL,
                  hint=story(a_t.reshape(()), _wrong_aux(x, w, experts, gates.detach()))
                  or "L_aux = E * sum_e f_e P_e: f_e over all N*k choices, P_e = probs.mean(0)")
-    if not (isinstance(g_l, torch.Tensor) and g_l.requires_grad and a_t.requires_grad):
+    if not got["graphs"]:
         fail(f"{label}: gates and aux must carry autograd graphs back to x and weight",
              hint="compute them with torch operations on x and weight; do not detach")
-    loss = (g_l * up[:, :k]).sum().add(a_t)
-    call_learner(f"backward of {label}", loss.backward, refuse=references(), refusal=REFUSAL)
-    for name, got, ref in (("x", xl.grad, xr.grad), ("weight", wl.grad, wr.grad)):
+    if got["backward"][0]:
+        raise CheckFailed(got["backward"][0], learner_traceback=got["backward"][1])
+    for name, grad, ref in (("x", got["grads"][0], xr.grad), ("weight", got["grads"][1],
+                                                               wr.grad)):
         assert ref is not None
-        assert_close(got, ref, name=f"{label}: grad of sum(gates * u) + aux w.r.t. {name}",
+        assert_close(grad, ref, name=f"{label}: grad of sum(gates * u) + aux w.r.t. {name}",
                      **F64_TOL, hint="use torch.topk (differentiable in its values) and keep "
                      "everything in torch")
 

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from parlab.check._compare import assert_close, expect_type, fail, randomize_parameters
-from parlab.check._harness import call_learner, exercise, not_reexport
+from parlab.check._harness import call_learner, exercise, not_reexport, on_learner_side
 from parlab.check.whole.common import KEY_RECOMPUTE
 
 B, S, H, A = 2, 20, 24, 3
@@ -117,9 +117,30 @@ def _learner(fn: Callable[..., Any], policy: str) -> Callable[[nn.Module, Tensor
         shape_hint="x is (B, s, C); q, k and v are (B, a, s, C/a), contiguous")
 
 
+# The learner's side of each measurement (on_learner_side: in the learner's process under the
+# verifier); each returns plain data, compared here.
+
+def _learner_run(fn: Callable[..., Any], policy: str) -> tuple[Tensor, list[Tensor]]:
+    return _run(_learner(fn, policy), torch.float32)
+
+
+def _learner_bytes(fn: Callable[..., Any], policy: str) -> int:
+    layer, x = _layers(torch.bfloat16)
+    forward = _learner(fn, policy)
+    return _Meter(tuple(layer.parameters())).measure(lambda: forward(layer, x))
+
+
+def _learner_flops(fn: Callable[..., Any], policy: str) -> int:
+    layer, x = _layers(torch.float32)
+    forward = _learner(fn, policy)
+    with FlopCounterMode(display=False) as counter:
+        forward(layer, x).sum().backward()
+    return int(counter.get_total_flops())
+
+
 def _check_values(fn: Callable[..., Any], policy: str) -> None:
     ref_out, ref_grads = _run(lambda layer, x: layer(x), torch.float32)
-    out, grads = _run(_learner(fn, policy), torch.float32)
+    out, grads = on_learner_side(_learner_run, fn, policy)
     hint = (f"with recompute={policy!r} the layer must compute what it computes without "
             "recomputation: the layer's ops in its order (ln1, qkv, attention_core, proj, "
             "dropout, residual, ln2, fc1, GeLU, fc2, dropout, residual), dropout and "
@@ -135,9 +156,7 @@ def _check_values(fn: Callable[..., Any], policy: str) -> None:
 
 
 def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
-    layer, x = _layers(torch.bfloat16)
-    forward = _learner(fn, policy)
-    got = _Meter(tuple(layer.parameters())).measure(lambda: forward(layer, x))
+    got = on_learner_side(_learner_bytes, fn, policy)
     want = {p: closed_form(B, S, H, A, p) for p in POLICIES}
     if got == want[policy]:
         return got
@@ -167,17 +186,14 @@ def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
 
 
 def _check_flops(fn: Callable[..., Any], policy: str) -> int:
-    layer, x = _layers(torch.float32)
-    forward = _learner(fn, policy)
-    with FlopCounterMode(display=False) as counter:
-        forward(layer, x).sum().backward()
+    total = on_learner_side(_learner_flops, fn, policy)
     f = layer_forward_flops(B, S, H)
-    extra = counter.get_total_flops() - 3 * f
+    extra = total - 3 * f
     allowed = {"none": (0,), "selective": (2 * B * S * S * H, 4 * B * S * S * H),
                "full": (f,)}[policy]
     if extra not in allowed:
         fail(f"recompute_forward(layer, x, {policy!r}): forward and backward cost "
-             f"{counter.get_total_flops():,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; "
+             f"{total:,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; "
              f"expected {' or '.join(f'{a:,}' for a in allowed)} recomputed",
              hint="selective recomputes only the attention core's GEMMs; full reruns the "
                   "whole forward once: checkpoint exactly those and nothing more")

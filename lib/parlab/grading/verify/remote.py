@@ -40,7 +40,7 @@ from parlab.errors import REFUSING, CheckFailed
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
 from parlab.sandboxed import wire
-from parlab.sandboxed.host import MARK, handed_tensors, learner_rank
+from parlab.sandboxed.host import MARK, handed_tensors, learner_rank, named
 
 __all__ = ["Host", "Session", "rebuild"]
 
@@ -215,7 +215,9 @@ class Session:
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
         """The learner's `name` called in its stand-in, under the refusals in force here; the
         tensors it changed in place there are changed the same way here."""
-        reply = self._request("call", (name, args, kwargs, list(REFUSING)), 60)
+        refusing = [([n for n in map(named, refs) if n is not None], message)
+                    for refs, message in REFUSING]  # found by name in the learner's process
+        reply = self._request("call", (name, args, kwargs, refusing), 60)
         if "error" in reply:
             raise rebuild(reply)
         handed = handed_tensors(args, kwargs)

@@ -8,8 +8,8 @@
   `Answer` (or to its value, when it is plain data).
 - `released_source(nb)`: what the verifier runs of the instructor's notebook before the tests:
   its imports, definitions and the assignments that use no answer, outside answer and test
-  cells (what the tests may name: `LLAMA3_70B = planner.Model(...)`); calls on their own, a
-  print or a figure, are left out.
+  cells, that the tests name (`LLAMA3_70B = planner.Model(...)`) or what those use; calls on
+  their own, a print or a figure, are left out.
 - `graded_cells(nb)`: (grade id, source, points) of every graded cell, hidden tests included (in
   the graded notebook nbgrader has put them back from the gradebook); `split_hidden` parts a
   test cell's code into what the learner sees and its hidden tests.
@@ -95,18 +95,29 @@ def learner_source(nb: Any) -> str:
 
 
 def released_source(nb: Any) -> str:
-    """The instructor's imports, definitions and constants, outside answer and test cells."""
+    """The instructor's imports, definitions and constants, outside answer and test cells,
+    that the tests need (a figure or a demo's result is left out)."""
     answers = set(answer_names(nb))
-    keep: list[ast.stmt] = []
+    found: list[ast.stmt] = []
     for c in _code_cells(nb):
         if is_answer_cell(c) or is_graded_cell(c):
             continue
         for s in _parse(c.source):
-            if isinstance(s, _DEFS + _IMPORTS):
+            if isinstance(s, _DEFS + _IMPORTS) or (isinstance(s, _ASSIGNS)
+                                                  and not _used(s) & answers):
+                found.append(s)  # a constant, or one computed by the course's library
+    needed = set().union(*(_used(ast.parse(code)) for _, code, _ in graded_cells(nb))) \
+        if graded_cells(nb) else set()
+    keep: list[ast.stmt] = []
+    grew = True
+    while grew:  # what the tests name, and what that uses
+        grew = False
+        for s in found:
+            if s not in keep and _bound(s) & needed:
                 keep.append(s)
-            elif isinstance(s, _ASSIGNS) and not _used(s) & answers:
-                keep.append(s)  # a constant, or one computed by the course's library
-    return "\n\n".join(ast.unparse(s) for s in keep) + "\n"
+                needed |= _used(s)
+                grew = True
+    return "\n\n".join(ast.unparse(s) for s in found if s in keep) + "\n"
 
 
 def graded_cells(nb: Any) -> list[tuple[str, str, float]]:
