@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast release lint bench gpu-check clean setup collect autograde export feedback check update \
+.PHONY: lab test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
 setup: $(VENV)/.installed
@@ -86,10 +86,15 @@ formgrader: setup
 	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(abspath $(COURSE_ROOT)) $(ROOT_FLAG) $(ARGS)
 
 test: setup browser sandbox
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)
+
+# The verifier's corpus of every module but 02 (tests/test_verifier.py; about 20 minutes):
+# each answer of autograder/mistakes/ gets the notebook's verdicts from the verifier too.
+test-corpus: setup sandbox
+	$(PY) -m pytest -q -m corpus tests/test_verifier.py $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not corpus" $(PYTEST_ARGS)
 
 # Regenerate course/ (the learners' release) from solutions/ (the source of truth).
 release: setup

@@ -78,6 +78,25 @@ def test_wire_carries_plain_data_only() -> None:
     assert copied.untyped_storage().nbytes() == 8
 
 
+def test_a_change_in_place_comes_back_as_data() -> None:
+    """What the learner's function changed in its process (a list of costs made prefix sums,
+    the tensors inside a list of dicts zeroed) is made to the check's own objects here."""
+    from parlab.sandboxed import inplace
+
+    costs, pieces = [1.0, 2.0, 3.0], [{"w": torch.ones(2)}, {"w": torch.ones(3)}]
+    theirs = (list(costs), [{"w": p["w"].clone()} for p in pieces])
+    before = inplace.snapshot(theirs, {})
+    theirs[0][1] += theirs[0][0]
+    theirs[1][1]["w"].zero_()
+    changed = wire.decode(wire.encode(inplace.changes(before, theirs, {})))
+    assert set(changed) == {"0", "1"}
+    held = pieces[1]["w"]  # what a check holds on to, compared after the call
+    inplace.update(costs, changed["0"])
+    inplace.update(pieces, changed["1"])
+    assert costs == [1.0, 3.0, 3.0] and held is pieces[1]["w"] and not held.any()
+    assert pieces[0]["w"].equal(torch.ones(2))
+
+
 def test_a_bare_call_in_an_answer_cell_is_not_learner_source() -> None:
     nb = nbformat.read(TP, as_version=4)
     cell = next(c for c in nb.cells if is_answer_cell(c))
@@ -148,8 +167,9 @@ def _only(nb: nbformat.NotebookNode, tests: set[str]) -> nbformat.NotebookNode:
 
 def _in_notebook(nb: nbformat.NotebookNode) -> dict[str, bool]:
     """Each test's outcome as the learner's kernel has it: the released constants, the imports
-    cell and the answer cells run into one fresh module (not in sys.modules, so cloudpickle ships its classes by
-    value, as from a notebook), then the test cells' code, hidden tests included."""
+    cell and the answer cells run into one fresh module (not in sys.modules, so cloudpickle
+    ships its classes by value, as from a notebook), then the test cells' code, hidden tests
+    included."""
     module = types.ModuleType(f"learner_notebook_{next(_COUNT)}")
     run_source(released_source(nb), module.__dict__)  # what the tests name: LLAMA3_70B = ...
     for c in nb.cells:
@@ -174,8 +194,9 @@ _COUNT = itertools.count()
 # The modules the course's configuration has the verifier grade (ResilientExecute.verify_only;
 # faultlab's answers are graded in the fault run's class, tests/test_attacks.py): each must
 # give every answer of its corpus the notebook's verdicts, test by test.
+ONLY = list(config_value("ResilientExecute", "verify_only", []))  # type: ignore[arg-type]
 MODULES = [m for m in sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
-           if m in list(config_value("ResilientExecute", "verify_only", []))]  # type: ignore
+           if not ONLY or m in ONLY]
 
 
 def _cases(module: str) -> list[tuple[str, nbformat.NotebookNode, str]]:
@@ -194,9 +215,13 @@ def _cases(module: str) -> list[tuple[str, nbformat.NotebookNode, str]]:
     return out
 
 
+IN_MAKE_TEST = {"02_tensor_parallel"}  # the rest: `make test-corpus` (pytest -m corpus)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(problem() is not None, reason="needs the sandbox (make sandbox)")
-@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("module", [pytest.param(m, marks=() if m in IN_MAKE_TEST else
+                                                 pytest.mark.corpus) for m in MODULES])
 def test_verifier_agrees_with_the_notebook(module: str) -> None:
     """For every case of the module, the verifier's verdict on each test it can change equals
     the notebook's (a mistake's other tests are the solutions'); the full-weights cheat passes
@@ -231,6 +256,24 @@ def test_verifier_agrees_with_the_notebook(module: str) -> None:
         host.close()
     assert not wrong, f"{module}: the verifier and the notebook disagree (case: {{test: " \
         f"(notebook passed, the verifier's message)}}): {wrong}"
+
+
+def test_the_course_run_is_verified_where_the_configuration_says(course_run) -> None:
+    """In the course run (the course's own configuration), each module the verifier grades:
+    alice's answers pass every test in both the notebook and the verifier; bob's blank
+    release fails every test in his notebook, and the verifier runs none of them again (0
+    either way). Any other module's tests are marked not verified."""
+    from parlab.grading.verify.apply import NOT_NEEDED
+
+    wrong = []
+    for module in course_run.sources:
+        for student, want in (("alice", {"passed"}), ("bob", {NOT_NEEDED})):
+            record = course_run.autograded(student, module).metadata["parlab"]["verifier"]
+            seen = {r["verifier"] for r in record.values()}
+            expected = want if not ONLY or module in ONLY else {"not verified"}
+            if not record or seen != expected:
+                wrong.append(f"{module}, {student}: {record}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_report_names_each_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:

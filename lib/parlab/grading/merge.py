@@ -112,7 +112,8 @@ def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> l
                 for gid, seen in meta.get("verifier", {}).items():
                     if seen["verifier"] == "not verified":
                         graded.unverified[gid] = seen.get("message", "")
-                    elif seen["verifier"] != seen["notebook"]:
+                    elif seen["verifier"] in ("passed", "failed") and \
+                            seen["verifier"] != seen["notebook"]:
                         graded.disagreements[gid] = disagreement(seen["notebook"],
                                                                  seen["verifier"])
                 for cell in nb.cells:

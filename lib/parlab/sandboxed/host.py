@@ -9,8 +9,8 @@ starts the processes that do:
   defined under those names, and the result goes back encoded as plain data (`wire`);
 - "call" / "value": the learner's stand-in for the notebook's kernel (`serve_learner`, one
   process, started once): call one of the learner's functions (under the check's refusals;
-  the tensors it changed in place come back too), or read one of its values (of a callable:
-  where it says it was defined, `wire.describe`).
+  the arguments it changed in place come back too, `inplace`), or read one of its values
+  (of a callable: where it says it was defined, `wire.describe`).
 
 Every reply is printed as one line, MARK followed by base64 of `wire` bytes; a failure is
 sent as data too ({"error": kind, ...}), and the verifier turns it back into the exception the
@@ -27,7 +27,7 @@ import cloudpickle
 
 from parlab.sandboxed import wire
 
-__all__ = ["MARK", "handle", "handed_tensors", "named", "found", "learner_rank",
+__all__ = ["MARK", "handle", "named", "found", "learner_rank",
            "serve_learner", "run_source", "resolve"]
 
 MARK = "@@parlab-verify@@"
@@ -93,20 +93,6 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return out
 
 
-def handed_tensors(args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The tensors a call is handed, by where they are (an argument, or an item of one)."""
-    import torch
-
-    found: dict[str, Any] = {}
-    for key, value in [*enumerate(args), *kwargs.items()]:
-        items = value.items() if type(value) is dict else enumerate(value) \
-            if type(value) in (list, tuple) else [(None, value)]
-        for sub, item in items:
-            if isinstance(item, torch.Tensor):
-                found[f"{key}" if sub is None else f"{key}/{sub}"] = item
-    return found
-
-
 def named(ref: Any) -> tuple[str, str, bool] | None:
     """Where a refused function or class is found by name: (module, qualname, the function
     that name wraps (`__wrapped__`) rather than the name's own); None when it is not."""
@@ -131,21 +117,24 @@ def found(module: Any, qualname: str, wrapped: bool) -> Any:
 
 
 def _call(obj: Any, args: tuple, kwargs: dict, refusing: list) -> dict[str, Any]:
-    """obj(*args, **kwargs) under the check's refusals; the value, and the tensors it was
-    handed that it changed in place (the verifier changes its own copies the same way)."""
+    """obj(*args, **kwargs) under the check's refusals; the value, and the arguments it
+    changed in place, as they are now (the verifier changes its own the same way)."""
     import contextlib
 
     from parlab.errors import refused
+    from parlab.sandboxed import inplace
 
-    handed = handed_tensors(args, kwargs)
-    before = {k: t.detach().clone() for k, t in handed.items()}
+    before = inplace.snapshot(args, kwargs)
     with contextlib.ExitStack() as stack:
         for names, message in refusing:
             stack.enter_context(refused([found(*n) for n in names], message))
         value = obj(*args, **kwargs)
-    changed = {k: t.detach() for k, t in handed.items()
-               if t.shape != before[k].shape or not t.detach().equal(before[k])}
-    return {"value": value, "changed": changed} if changed else {"value": value}
+    reply = {"value": value}
+    if changed := inplace.changes(before, args, kwargs):
+        with contextlib.suppress(wire.WireError):  # a changed object that is not data
+            wire.plain(changed)
+            reply["changed"] = changed
+    return reply
 
 
 def serve_learner(source: str, conn: Any) -> None:

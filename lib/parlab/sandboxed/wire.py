@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["MAX_BYTES", "WireError", "Answer", "describe", "encode", "decode"]
+__all__ = ["MAX_BYTES", "WireError", "Answer", "describe", "plain", "encode", "decode"]
 
 MAX_BYTES = 64 << 20  # the most one reply may hold
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
@@ -93,7 +93,7 @@ def describe(obj: Any) -> dict[str, Any]:
     """What a check may read of a learner's callable without calling it: where it (or what it
     wraps) was defined, and the bases of a class."""
     target = getattr(obj, "__wrapped__", obj)
-    out = {"module": str(getattr(target, "__module__", "") or ""),
+    out: dict[str, Any] = {"module": str(getattr(target, "__module__", "") or ""),
            "qualname": str(getattr(target, "__qualname__", "") or "")}
     if isinstance(obj, type):
         out["bases"] = [(str(b.__module__), str(b.__name__)) for b in obj.__mro__[1:]]

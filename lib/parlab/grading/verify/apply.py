@@ -7,7 +7,8 @@ an output flood or an answer cell that killed its kernel, keeps its 0). `apply(n
 - the verifier failed a test the notebook passed: an error is added, with the verifier's
   message, so the cell scores 0 (and the learner reads why in the feedback): a hidden test's
   failure as the notebook would have shown it, anything else as VERIFIER_ENAME;
-- a test the verifier could not run keeps the notebook's outcome, marked "not verified".
+- a test the verifier could not run keeps the notebook's outcome, marked "not verified";
+- a test the notebook failed is not run again (NOT_NEEDED): it scores 0 either way.
 Every cell's pair of outcomes goes into the notebook's metadata (META "verifier"), which
 parlab.grading.merge reads for the run's record and `make report`.
 """
@@ -27,13 +28,14 @@ from traitlets.config import LoggingConfigurable
 
 from parlab.grading.cells import META, error_output, grade_id, has_error, is_graded_cell
 from parlab.grading.verify.source import graded_cells, split_hidden
-from parlab.grading.verify.verifier import Verdict, verify
+from parlab.grading.verify.verifier import NOT_RUN, Verdict, verify
 
-__all__ = ["apply", "disagreement", "verify_notebook", "source_notebook", "VerifyOptions",
-           "VERIFIER_ENAME"]
+__all__ = ["apply", "disagreement", "NOT_NEEDED", "verify_notebook", "source_notebook",
+           "VerifyOptions", "VERIFIER_ENAME"]
 _TRUSTED_RUNS: dict = {}  # the verifier's runs of the solution, kept for the whole class
 
 VERIFIER_ENAME = "VerifierFailed"
+NOT_NEEDED = "not needed"  # the record of a test the notebook failed: 0 whatever it finds
 
 
 def disagreement(notebook: str, verifier: str) -> str:
@@ -72,6 +74,9 @@ def apply(nb: Any, verdicts: dict[str, Verdict],
             continue
         seen = verdict.visible if withheld and verdict.visible is not None else verdict.passed
         theirs = "passed" if seen else "failed"  # what the notebook ran, as the verifier saw it
+        if verdict.message == NOT_RUN:
+            record[gid] = {"notebook": mine, "verifier": NOT_NEEDED, "message": NOT_RUN}
+            continue
         record[gid] = {"notebook": mine, "verifier": theirs, "message": verdict.message}
         if mine == "passed" and not verdict.passed:
             cell.outputs.append(_failure(verdict, hidden=withheld and bool(verdict.visible)))
@@ -116,8 +121,10 @@ def verify_notebook(nb: Any, resources: dict, *, config: Any, manager_class: typ
         verdicts = {}
     else:
         cwd = resources.get("metadata", {}).get("path") or os.getcwd()
+        failed = {str(grade_id(c)) for c in nb.cells if c.cell_type == "code"
+                  and is_graded_cell(c) and has_error(c)}
         verdicts = verify(nb, nbformat.read(str(source), as_version=4), cwd=cwd,
-                          manager_class=manager_class, cache=_TRUSTED_RUNS)
+                          manager_class=manager_class, cache=_TRUSTED_RUNS, settled=failed)
     record = apply(nb, verdicts, withheld=bool(withheld))
     nb.metadata[META]["verifier_seconds"] = round(time.monotonic() - start, 1)
     return record

@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
-import torch
 from jupyter_core.utils import run_sync
 
 from parlab import launch
@@ -39,8 +38,8 @@ from parlab.check import _harness
 from parlab.errors import REFUSING, CheckFailed
 from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
-from parlab.sandboxed import wire
-from parlab.sandboxed.host import MARK, handed_tensors, learner_rank, named
+from parlab.sandboxed import inplace, wire
+from parlab.sandboxed.host import MARK, learner_rank, named
 
 __all__ = ["Host", "Session", "rebuild"]
 
@@ -220,14 +219,10 @@ class Session:
         reply = self._request("call", (name, args, kwargs, refusing), 60)
         if "error" in reply:
             raise rebuild(reply)
-        handed = handed_tensors(args, kwargs)
+        handed = {str(k): v for k, v in [*enumerate(args), *kwargs.items()]}
         for key, new in (reply.get("changed") or {}).items():
-            if key in handed and isinstance(new, torch.Tensor):
-                with torch.no_grad():
-                    if handed[key].shape == new.shape:
-                        handed[key].copy_(new)
-                    else:
-                        handed[key].set_(new.clone())
+            if key in handed:
+                inplace.update(handed[key], new)
         return reply.get("value")
 
     def value(self, name: str) -> Any:

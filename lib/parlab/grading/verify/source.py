@@ -56,7 +56,7 @@ def _bound(stmt: ast.stmt) -> set[str]:
             if isinstance(n, ast.Name)}
 
 
-def _used(stmt: ast.stmt) -> set[str]:
+def _used(stmt: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
 
 

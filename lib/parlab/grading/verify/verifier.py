@@ -10,7 +10,9 @@ code only in its sandbox, and a verdict per graded test that no submission can f
    `parlab.launch.run` and the learner's names going through the `Session`: whatever the
    learner's code does in its processes, what reaches this process is data, and the
    comparisons, references and verdicts are made here.
-A test passes when its code raises nothing; `Verdict.visible` says whether its visible part
+A test that already failed in the notebook scores 0 whatever the verifier finds (`settled`):
+it is not run again (the grader's time goes to the tests that passed). A test passes when its
+code raises nothing; `Verdict.visible` says whether its visible part
 did (the notebook may have run only that: `VerifyOptions.withhold_hidden`).
 `Verdict.passed` is None when the verifier could not run it at all (its sandbox did not
 start), never because of what the learner's code did.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +38,8 @@ from parlab.grading.verify.source import (
 from parlab.sandboxed import wire
 from parlab.sandboxed.host import run_source
 
-__all__ = ["Verdict", "verify"]
+__all__ = ["NOT_RUN", "Verdict", "verify"]
+NOT_RUN = "not run again: it failed in the notebook, so it scores 0 either way"
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,16 @@ def _run_test(gid: str, code: str, ns: dict[str, Any]) -> Verdict:
 
 
 def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
-           cache: dict | None = None, host: Host | None = None) -> dict[str, Verdict]:
+           cache: dict | None = None, host: Host | None = None,
+           settled: Collection[str] = ()) -> dict[str, Verdict]:
     """A Verdict per graded test of `nb` (see the module doc); `source_nb` is the instructor's
     notebook (answers, released cells); `cache` keeps trusted runs across notebooks. `host`:
-    one to reuse (a test's, for many answers of one learner), else a fresh one, closed after."""
-    tests = graded_cells(nb)
+    one to reuse (a test's, for many answers of one learner), else a fresh one, closed after.
+    `settled`: tests that score 0 whatever the verifier says (they failed in the notebook):
+    not run again, their verdict NOT_RUN."""
+    tests = [t for t in graded_cells(nb) if t[0] not in settled]
+    if not tests:
+        return {gid: Verdict(gid, False, NOT_RUN, visible=False) for gid in settled}
     own = host is None
     try:
         if host is None:
@@ -93,8 +102,9 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
                     ns[name] = session.value(name)
                 except Exception:  # noqa: BLE001 - the tests then fail on it
                     ns[name] = wire.Answer(name)
-            for gid, code, _ in tests:
-                verdicts[gid] = _run_test(gid, code, ns)
+            for gid, code, _ in graded_cells(nb):
+                verdicts[gid] = Verdict(gid, False, NOT_RUN, visible=False) \
+                    if gid in settled else _run_test(gid, code, ns)
     finally:
         reset_outcomes()
         if own:
