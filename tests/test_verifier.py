@@ -1,13 +1,16 @@
 """The verifier (parlab.grading.verify, issue 30): verdicts decided in a process that never
 ran learner code, from plain data, against references it made itself.
 
-- the wire refuses anything but plain data, both ways;
+- the wire refuses anything but plain data, both ways; a view keeps its storage's size, and
+  what a call changed in place comes back;
 - what of a notebook runs where: a bare call in an answer cell (the place a patch goes) is
   not part of the learner's source, and the released source holds no answer;
-- every module the verifier grades (`verify_only` in autograder/nbgrader_config.py), on the
-  solutions, the blank release, the half-done fake student and every entry of
+- every module the verifier grades (`verify_only` in autograder/nbgrader_config.py: all), on
+  the solutions, the blank release, the half-done fake student and every entry of
   autograder/mistakes/: the verifier's verdict per test equals the notebook's (its test cells
-  run here, on the same answers, as the kernel would run them);
+  run here, on the same answers, as the kernel would run them); module 02 in `make test`,
+  the others (minutes each) in `make test-corpus`; the solutions and the blank release of
+  every module also in the course run, graded with the course's configuration;
 - an answer that computes the single-device MLP from the full weights it is handed passes
   the notebook's check and fails the verifier's: each rank is handed only its own shards.
 The attacks on the notebook's verdict (patched checks, launcher, IPython, builtins) are
