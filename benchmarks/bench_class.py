@@ -9,7 +9,7 @@ wrong answer from autograder/mistakes/02_tensor_parallel/ (it redefines the name
 defines, as a learner's edit would). Each variant is first graded alone, in an nbgrader
 process of its own (`python -m parlab.grading autograde --workers N --student alone-<variant>
 ...`, one worker per variant), with the plain executor (`PLAIN`: fresh kernels, every cell
-run); then the class, `--students` copies
+run, the notebook's own verdicts without the verifier); then the class, `--students` copies
 dealt round-robin over the variants, is graded by ONE call of `python -m parlab.grading
 autograde --workers W` (what `make autograde WORKERS=W` runs) with the course's own
 configuration, plus `--ResilientExecute.profile=True` so that each notebook records where its
@@ -57,9 +57,9 @@ MISTAKES_DIR = AUTOGRADER_DIR / "mistakes" / MODULE
 # it: no marks), a late one.
 MISTAKES = ("wrong_shard", "missing_backward_allreduce", "extra_g")  # the first: partial marks
 VARIANTS = ("answered", "blank", *MISTAKES)
-# The reference executor: a fresh kernel per notebook, every cell run.
-PLAIN = ("--ResilientExecute.skip_after_last_test=False",
-)
+# The reference executor: a fresh kernel per notebook, every cell run, hidden tests included,
+# the notebook's own verdicts (no verifier): the class's verified scores must equal them.
+PLAIN = ("--ResilientExecute.skip_after_last_test=False", "--ResilientExecute.verify=False")
 PROFILE = ("--ResilientExecute.profile=True",)
 REPO = Path(__file__).resolve().parents[1]
 
