@@ -3,7 +3,7 @@
 A check may hand the learner's function a tensor, a list or a dict and then look whether it
 is still as it was (`assert_unchanged`, a list of costs turned into prefix sums). Under the
 verifier the call runs in the learner's process, on copies: there, `snapshot` the arguments
-before the call and `changes` after it gives what differs, as plain data; here, `update`
+before the call and `changes` after it gives what differs, as plain data; here, `apply`
 makes the same change to the check's own objects (in place: the check holds them).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["snapshot", "changes", "update"]
+__all__ = ["snapshot", "changes", "apply", "update"]
 
 
 def _mutable(value: Any) -> bool:
@@ -44,15 +44,28 @@ def _same(a: Any, b: Any) -> bool:
     return False
 
 
+def _by_key(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by position ("0", "1", ...) or keyword."""
+    return {str(k): v for k, v in [*enumerate(args), *kwargs.items()]}
+
+
 def snapshot(args: tuple, kwargs: dict) -> dict[str, Any]:
     """Copies of the arguments a call could change in place, by position or keyword."""
-    return {str(k): _copy(v) for k, v in [*enumerate(args), *kwargs.items()] if _mutable(v)}
+    return {k: _copy(v) for k, v in _by_key(args, kwargs).items() if _mutable(v)}
 
 
 def changes(before: dict[str, Any], args: tuple, kwargs: dict) -> dict[str, Any]:
     """The arguments that differ from `before` after the call, as they are now."""
-    now = {str(k): v for k, v in [*enumerate(args), *kwargs.items()]}
+    now = _by_key(args, kwargs)
     return {k: now[k] for k, old in before.items() if not _same(old, now[k])}
+
+
+def apply(changed: dict[str, Any], args: tuple, kwargs: dict) -> None:
+    """`changes` (made in another process) made to this call's own arguments, in place."""
+    mine = _by_key(args, kwargs)
+    for key, new in changed.items():
+        if key in mine:
+            update(mine[key], new)
 
 
 def update(mine: Any, new: Any) -> None:

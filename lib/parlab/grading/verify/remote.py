@@ -213,16 +213,13 @@ class Session:
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
         """The learner's `name` called in its stand-in, under the refusals in force here; the
-        tensors it changed in place there are changed the same way here."""
+        arguments it changed in place there are changed the same way here."""
         refusing = [([n for n in map(named, refs) if n is not None], message)
                     for refs, message in REFUSING]  # found by name in the learner's process
         reply = self._request("call", (name, args, kwargs, refusing), 60)
         if "error" in reply:
             raise rebuild(reply)
-        handed = {str(k): v for k, v in [*enumerate(args), *kwargs.items()]}
-        for key, new in (reply.get("changed") or {}).items():
-            if key in handed:
-                inplace.update(handed[key], new)
+        inplace.apply(reply.get("changed") or {}, args, kwargs)
         return reply.get("value")
 
     def value(self, name: str) -> Any:

@@ -77,9 +77,11 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
     one to reuse (a test's, for many answers of one learner), else a fresh one, closed after.
     `settled`: tests that score 0 whatever the verifier says (they failed in the notebook):
     not run again, their verdict NOT_RUN."""
-    tests = [t for t in graded_cells(nb) if t[0] not in settled]
-    if not tests:
-        return {gid: Verdict(gid, False, NOT_RUN, visible=False) for gid in settled}
+    tests = graded_cells(nb)
+    skipped = {gid: Verdict(gid, False, NOT_RUN, visible=False) for gid, _, _ in tests
+               if gid in settled}
+    if len(skipped) == len(tests):
+        return skipped
     own = host is None
     try:
         if host is None:
@@ -88,7 +90,7 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
             host.request("source", learner_source(nb), timeout=30)
     except Exception as exc:  # noqa: BLE001 - reported as "not verified", with why
         return {gid: Verdict(gid, None, f"the verifier's sandbox did not start: {exc}")
-                for gid, _, _ in tests}
+                for gid, _, _ in tests if gid not in skipped}
     session = Session(host, learner_source(source_nb), {} if cache is None else cache)
     verdicts: dict[str, Verdict] = {}
     ns: dict[str, Any] = {"__name__": "__verifier__"}
@@ -102,9 +104,8 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
                     ns[name] = session.value(name)
                 except Exception:  # noqa: BLE001 - the tests then fail on it
                     ns[name] = wire.Answer(name)
-            for gid, code, _ in graded_cells(nb):
-                verdicts[gid] = Verdict(gid, False, NOT_RUN, visible=False) \
-                    if gid in settled else _run_test(gid, code, ns)
+            for gid, code, _ in tests:
+                verdicts[gid] = skipped.get(gid) or _run_test(gid, code, ns)
     finally:
         reset_outcomes()
         if own:
