@@ -5,9 +5,10 @@ over the same small notebooks twice, with fresh kernels and then warm ones forke
 template: the notebooks' outputs and errors must be the same, cell for cell. Among them: a
 submission that monkeypatches torch and sets globals, followed by one that must not see it; a
 learner's own torch.py beside the notebook (imported in both modes: the warm path starts that
-kernel cold); sys.exit and os._exit (a restart, later cells still run); children left
-sleeping. When the grading process has ended, no process of the run is left (the template
-included).
+kernel cold); matplotlib (imported by the template, without pyplot): the inline backend and a
+figure, and a learner's own matplotlibrc (that kernel starts cold); sys.exit and os._exit (a
+restart, later cells still run); children left sleeping. When the grading process has ended,
+no process of the run is left (the template included).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ NOTEBOOKS = {
                      "print(torch.add(torch.ones(1), 1).tolist(), hasattr(builtins, 'LEAKED'), "
                      "hasattr(parlab, 'LEAKED'), 'LEAKED' in os.environ)"],
     "own_torch": [WARM_PROBE, "import torch\nprint(getattr(torch, 'MINE', 'the real torch'))"],
+    "plots": ["import matplotlib.pyplot as plt\nprint(plt.get_backend())",
+              "import matplotlib\nprint(matplotlib.rcParams['lines.linewidth'])",
+              "plt.plot([1, 2]); plt.show()"],
+    "own_matplotlibrc": ["import matplotlib\nprint(matplotlib.rcParams['lines.linewidth'])"],
     "exits": ["import sys\nsys.exit(3)", "print('after sys.exit')",
               "import os\nos._exit(1)", "print('after os._exit')"],
     "leaves_children": [
@@ -72,6 +77,7 @@ def _graded(tmp_path: Path, token: str) -> dict[str, list]:
         nbformat.write(nb, str(folder / "nb.ipynb"))
         folders[name] = str(folder)
     (tmp_path / "own_torch" / "torch.py").write_text("MINE = \"the learner's torch.py\"\n")
+    (tmp_path / "own_matplotlibrc" / "matplotlibrc").write_text("lines.linewidth: 7\n")
     env = dict(__import__("os").environ, **{RUN_ENV: token})
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(folders)], env=env,
                           capture_output=True, text=True, timeout=600)
@@ -117,6 +123,16 @@ def test_a_learners_torch_py_is_imported_as_in_a_fresh_kernel(graded) -> None:
     for mode in ("cold", "warm"):
         assert _text(seen[f"{mode}/own_torch"], 0) == "cold", f"{mode}: started warm"
         assert _text(seen[f"{mode}/own_torch"], 1) == "the learner's torch.py"
+
+
+def test_matplotlib_in_a_warm_kernel_is_as_in_a_fresh_one(graded) -> None:
+    seen, _ = graded
+    for mode in ("cold", "warm"):
+        plots = seen[f"{mode}/plots"]
+        assert _text(plots, 0) == "module://matplotlib_inline.backend_inline", mode
+        assert [kind for kind, _ in plots[2]] == ["display_data"], f"{mode}: no figure shown"
+        assert _text(seen[f"{mode}/own_matplotlibrc"], 0) == "7.0", (
+            f"{mode}: the learner's matplotlibrc was not read")
 
 
 def test_exits_restart_the_kernel_and_later_cells_run(graded) -> None:

@@ -26,12 +26,14 @@ token in the environment it was exec'd with, and is killed at the run's end). Th
 never runs learner code, so no submission sees another's state. A notebook whose folder
 holds a file or package that would replace one of the template's modules (a learner's own
 `torch.py`) gets a cold kernel instead: the child execs `python -m ipykernel_launcher`, so
-that file is imported as it would be in a fresh kernel. What still differs from a fresh
-kernel: the hash seed is the template's.
+that file is imported as it would be in a fresh kernel. The template imports matplotlib's
+core (not pyplot): each kernel sets the backend it would have read at import (MPLBACKEND), and
+a folder with a matplotlibrc of its own starts cold. What still differs from a fresh kernel:
+the hash seed is the template's.
 
 `Zygote.get()` is what parlab.grading.kernels uses when `warm_kernels` is on
 (autograder/nbgrader_config.py); if the template cannot start, or is not safe to fork (a
-module of WARM_MODULES started a Python thread, or imported matplotlib or ipywidgets, which
+module of WARM_MODULES started a Python thread, or imported pyplot or ipywidgets, which
 must see the kernel's IPython first), kernels start the usual way and a warning says why.
 A sandboxed kernel is forked the same way, then enters its sandbox (`spawn(..., jail=)`).
 """

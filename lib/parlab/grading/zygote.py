@@ -26,6 +26,9 @@ from typing import Any, cast
 # parlab.compose imported here, each kernel's forkserver, forked from the template, already
 # holds what the ranks of modules 07 to 09 import (torch._dynamo, parlab.compose): imported
 # once per grading process, not once per kernel or per rank.
+# matplotlib's core (about 0.5 s of CPU a kernel) without pyplot: at import it reads only its
+# matplotlibrc and MPLBACKEND, which a kernel says again (`_matplotlib_as_if_fresh`).
+MATPLOTLIB = ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg")
 WARM_MODULES = (
     "torch", "torch.distributed", "cloudpickle", "parlab.launch.rank",
     "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "numpy", "ipykernel.kernelapp",
@@ -33,10 +36,11 @@ WARM_MODULES = (
     "parlab.capstone", "parlab.check.checkpoint", "parlab.check.collectives",
     "parlab.check.composition", "parlab.check.cp", "parlab.check.fsdp", "parlab.check.moe",
     "parlab.check.pp", "parlab.check.sp", "parlab.check.tp", "parlab.check.whole",
+    *MATPLOTLIB,
 )
 # Modules that must be imported in the kernel itself (they register with its IPython, or
-# read MPLBACKEND, which ipykernel sets): the template refuses to serve if one got in.
-KERNEL_ONLY = ("matplotlib", "ipywidgets", "matplotlib_inline")
+# pick a backend): the template refuses to serve if one got in.
+KERNEL_ONLY = ("matplotlib.pyplot", "ipywidgets", "matplotlib_inline")
 # What ipykernel adds to os.environ at start-up (kernelapp.init_gui_pylab and
 # zmqshell.init_environment): the forkserver, forked before ipykernel starts, gets it too.
 KERNEL_ENV_ADDED = {"TERM": "xterm-color", "CLICOLOR": "1", "FORCE_COLOR": "1",
@@ -206,6 +210,25 @@ def _shadowed(folder: str) -> list[str]:
         n.endswith(".py") or os.path.isdir(os.path.join(folder, n))))
 
 
+def _matplotlib_as_if_fresh() -> list[str]:
+    """In the kernel's environment and folder: set what matplotlib would have read at import
+    (MPLBACKEND, ipykernel's default when unset); a matplotlibrc other than the template's (in
+    the folder, or named by MATPLOTLIBRC or MPLCONFIGDIR) is returned, to start cold."""
+    mpl = sys.modules.get("matplotlib")
+    if mpl is None:
+        return []
+    template_rc = os.path.join(mpl.get_data_path(), "matplotlibrc")
+    try:
+        rc = mpl.matplotlib_fname()
+    except Exception:  # noqa: BLE001 - whatever it is, a fresh kernel reads it
+        rc = ""
+    if os.path.realpath(rc) != os.path.realpath(template_rc):
+        return [rc or "matplotlibrc"]
+    os.environ["MPLBACKEND"] = os.environ.get("MPLBACKEND") or MPLBACKEND  # as ipykernel does
+    mpl.rcParams["backend"] = os.environ["MPLBACKEND"]
+    return []
+
+
 def become_kernel(request: dict) -> None:
     """In the forked child: turn into `python -m ipykernel_launcher ARGS` (never returns)."""
     import random
@@ -225,7 +248,7 @@ def become_kernel(request: dict) -> None:
         # template, has gone (and prints no connection banner); a sandboxed kernel ends
         # with its sandbox, and nothing in its environment names the grader
         os.environ["JPY_PARENT_PID"] = str(os.getppid())
-    shadowed = _shadowed(os.getcwd())
+    shadowed = _shadowed(os.getcwd()) or _matplotlib_as_if_fresh()
     if shadowed:  # a learner's torch.py (say): start cold, so that it is imported as it
         # would be in a fresh kernel, and the grade is the same
         os.execv(sys.executable, [sys.executable, *LAUNCHER, *request["argv"]])
