@@ -7,10 +7,10 @@ starts the processes that do:
 - "run": `parlab.launch.run` of a check's worker on ranks that first run the learner's code
   (`learner_rank`): the worker's arguments that are `Answer`s become what the learner's code
   defined under those names, and the result goes back encoded as plain data (`wire`);
-- "call" / "value": the learner's stand-in for the notebook's kernel (`serve_learner`, one
+- "call" / "values": the learner's stand-in for the notebook's kernel (`serve_learner`, one
   process, started once): call one of the learner's functions (under the check's refusals;
-  the arguments it changed in place come back too, `inplace`), or read one of its values
-  (of a callable: where it says it was defined, `wire.describe`).
+  the arguments it changed in place come back too, `inplace`), or read the values of its
+  names, all in one request (of a callable: where it says it was defined, `wire.describe`).
 
 Every reply is printed as one line, MARK followed by base64 of `wire` bytes; a failure is
 sent as data too ({"error": kind, ...}), and the verifier turns it back into the exception the
@@ -137,9 +137,21 @@ def _call(obj: Any, args: tuple, kwargs: dict, refusing: list) -> dict[str, Any]
     return reply
 
 
+def _about(name: str, ns: dict[str, Any]) -> dict[str, Any]:
+    """The learner's `name`: its value if plain data, what it says it is if callable."""
+    try:
+        obj = resolve(wire.Answer(name), ns)
+        reply = {"callable": wire.describe(obj)} if callable(obj) else {"value": obj}
+        wire.plain(reply)
+        return reply
+    except Exception as exc:  # noqa: BLE001 - this name is then an Answer, tests fail on it
+        return _error(exc)
+
+
 def serve_learner(source: str, conn: Any) -> None:
     """The learner's stand-in for the kernel: answer (kind, name, args, kwargs, refusing)
-    requests: a value (or what a callable is), or a call under the check's refusals."""
+    requests: the values of a list of names (or what each callable is), or a call under the
+    check's refusals."""
     ns = wire.Answer.namespace = run_source(source)
     while True:
         try:
@@ -147,11 +159,10 @@ def serve_learner(source: str, conn: Any) -> None:
         except EOFError:
             return
         try:
-            obj = name if callable(name) else resolve(wire.Answer(name), ns)  # a check's
-            # own function (parlab.check._harness.on_learner_side), or the learner's name
-            if kind == "value":
-                reply = {"callable": wire.describe(obj)} if callable(obj) else {"value": obj}
-            else:
+            if kind == "values":
+                reply = {"values": {n: _about(n, ns) for n in name}}
+            else:  # a check's own function (parlab.check._harness.on_learner_side), or
+                obj = name if callable(name) else resolve(wire.Answer(name), ns)  # a name
                 reply = _call(obj, resolve(args, ns), resolve(kwargs, ns), refusing)
             data = wire.encode(reply)
         except Exception as exc:  # noqa: BLE001 - sent to the verifier as data

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from parlab.check._compare import fail
-from parlab.check._harness import call_learner, not_reexport
+from parlab.check._harness import call_learner, not_reexport, on_learner_side
 from parlab.errors import reference_message, refused
 
 Point = tuple[int, int, int, int, int]  # b, s, h, t, dtype_bytes
@@ -66,16 +66,22 @@ def _describe(want: Any) -> str:
     return f"{want:,.0f}"
 
 
-def check_formula(fn: Callable[..., Any], *, call_name: str, right: Callable[..., Any],
-                  forms: list[Form], expect: str, default_hint: str,
-                  points: list[Point] = POINTS) -> None:
-    """fn must equal `right` at every point (see the module docstring)."""
-    not_reexport(fn, name=call_name)
+def _at_points(fn: Callable[..., Any], call_name: str, points: list[Point]) -> list[Any]:
+    """fn at every point, the course's cost functions refused (one call of the verifier)."""
     got: list[Any] = []
     with refusing(cost_functions()):
         for b, s, h, t, d in points:
             call = f"{call_name}(b={b}, s={s}, h={h}, t={t}, dtype_bytes={d})"
             got.append(call_learner(call, fn, b, s, h, t, d))
+    return got
+
+
+def check_formula(fn: Callable[..., Any], *, call_name: str, right: Callable[..., Any],
+                  forms: list[Form], expect: str, default_hint: str,
+                  points: list[Point] = POINTS) -> None:
+    """fn must equal `right` at every point (see the module docstring)."""
+    not_reexport(fn, name=call_name)
+    got = on_learner_side(_at_points, fn, call_name, points)
     for (b, s, h, t, d), value in zip(points, got, strict=True):
         want = right(b, s, h, t, d)
         if _matches(value, want):

@@ -168,6 +168,16 @@ def _merge(learner: Any, trusted: Any) -> Any:
     return learner
 
 
+def _seen(name: str, reply: Any) -> Any:
+    if not isinstance(reply, dict) or "error" in reply:
+        return wire.Answer(name)
+    if isinstance(about := reply.get("callable"), dict):
+        return wire.Answer(name, module=str(about.get("module") or "__main__"),
+                           qualname=str(about.get("qualname") or ""),
+                           bases=tuple(tuple(b) for b in about.get("bases") or ()))
+    return reply.get("value")
+
+
 class Session:
     """The verifier's stand-ins for `launch.run` and the learner's names (see module doc)."""
 
@@ -222,17 +232,12 @@ class Session:
         inplace.apply(reply.get("changed") or {}, args, kwargs)
         return reply.get("value")
 
-    def value(self, name: str) -> Any:
-        """What a test sees under the learner's `name`: an Answer (described as the learner's
-        object describes itself), or its plain value."""
-        reply = self._request("value", (name, (), {}, []), 60)
-        if "error" in reply:
-            return wire.Answer(name)
-        if isinstance(about := reply.get("callable"), dict):
-            return wire.Answer(name, module=str(about.get("module") or "__main__"),
-                               qualname=str(about.get("qualname") or ""),
-                               bases=tuple(tuple(b) for b in about.get("bases") or ()))
-        return reply.get("value")
+    def values(self, names: list[str]) -> dict[str, Any]:
+        """What a test sees under each of the learner's `names` (one request): an Answer
+        (described as the learner's object describes itself), or its plain value."""
+        reply = self._request("values", (list(names), (), {}, []), 60)
+        found = reply.get("values") if isinstance(reply.get("values"), dict) else {}
+        return {name: _seen(name, found.get(name)) for name in names}
 
     @contextlib.contextmanager
     def bound(self) -> Iterator[None]:

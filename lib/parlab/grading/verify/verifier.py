@@ -99,11 +99,11 @@ def verify(nb: Any, source_nb: Any, *, cwd: str, manager_class: type,
         with session.bound(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             reset_outcomes()
             run_source(released_source(source_nb), ns, "<released>")  # the instructor's
-            for name in answer_names(source_nb):
-                try:
-                    ns[name] = session.value(name)
-                except Exception:  # noqa: BLE001 - the tests then fail on it
-                    ns[name] = wire.Answer(name)
+            names = answer_names(source_nb)
+            try:
+                ns.update(session.values(names))
+            except Exception:  # noqa: BLE001 - the tests then fail on them
+                ns.update({name: wire.Answer(name) for name in names})
             for gid, code, _ in tests:
                 verdicts[gid] = skipped.get(gid) or _run_test(gid, code, ns)
     finally:
