@@ -24,10 +24,10 @@ import os
 import sys
 from datetime import timedelta
 
-import torch
 import torch.distributed as dist
 
-from parlab.capstone import TOLERANCE, rank_device, train_parallel, train_single
+from parlab.capstone import TOLERANCE, train_parallel, train_single
+from parlab.launch import device, devices
 from parlab.model import GPTConfig
 
 
@@ -48,17 +48,17 @@ def parse_args() -> argparse.Namespace:
 
 
 def init_distributed() -> None:
-    """NCCL when there is a GPU for every process on this node, gloo otherwise."""
+    """NCCL when there is a GPU for every process on this node, gloo otherwise (the course's
+    one rule: parlab.launch.pick_backend, PARLAB_BACKEND and PARLAB_GPUS included)."""
     local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = "nccl" if 0 < local_procs <= gpus else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(minutes=5))
+    devices.pin_numerics()
+    dist.init_process_group(devices.pick_backend(local_procs), timeout=timedelta(minutes=5))
 
 
 def check(losses: list[float], cfg: GPTConfig, args: argparse.Namespace) -> int:
     """Rank 0: compare with the single-device run; the exit status."""
     single = train_single(cfg, args.steps, batch_size=args.batch_size, lr=args.lr,
-                          device=rank_device())
+                          device=device())
     worst = max((abs(a - b) for a, b in zip(single, losses, strict=True)), default=0.0)
     ok = worst <= TOLERANCE
     print(f"check: largest |single - parallel| = {worst:.2e}, tolerance {TOLERANCE:.0e}: "

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
-from parlab import costs
+from parlab import costs, launch
 from parlab.compose import Checkpoints, Plan, train
 from parlab.costs.roofline import (
     Timing,
@@ -196,8 +196,7 @@ def notebook_part(gpus: int, deadline: float) -> list:
 
 def traced_collectives(nbytes: int) -> int:
     """Module 00's job: one of each collective, each inside a range named after it."""
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    device = launch.device()
     world = dist.get_world_size()
     x = torch.ones(nbytes // 4, device=device)
     out = torch.empty(world * x.numel(), device=device)

@@ -52,16 +52,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
-from parlab import timeline
+from parlab import launch, timeline
 from parlab.compose import (
     CHECKED_STEPS,
     TOLERANCE,
     Plan,
     check_plan,
-    rank_device,
     train,
     train_single,
 )
@@ -174,7 +172,7 @@ def check(cfg: LlamaConfig, plan: Plan, losses: list[float], lr: float, first: i
     """Rank 0: the single-device run beside this one (its iterations first+1.. when this
     run resumed at `first`); the exit status."""
     single = train_single(cfg, first + len(losses), global_batch_size=plan.global_batch_size,
-                          lr=lr, device=rank_device())[first:]
+                          lr=lr, device=launch.device())[first:]
     gaps = [abs(a - b) for a, b in zip(single, losses, strict=True)]
     checked = max(0, min(len(gaps), CHECKED_STEPS - first))
     worst = max(gaps[:checked], default=0.0)
@@ -214,10 +212,11 @@ def _attempt_store(timeout: timedelta) -> dist.Store | None:
 
 
 def init_distributed() -> None:
-    """NCCL when there is a GPU for every process on this node, gloo otherwise."""
+    """NCCL when there is a GPU for every process on this node, gloo otherwise (the course's
+    one rule: parlab.launch.pick_backend, PARLAB_BACKEND and PARLAB_GPUS included)."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend, timeout = "nccl" if 0 < local <= gpus else "gloo", timedelta(minutes=5)
+    backend, timeout = launch.pick_backend(local), timedelta(minutes=5)
+    launch.devices.pin_numerics()
     store = _attempt_store(timeout)
     if store is None:
         dist.init_process_group(backend, timeout=timeout)
@@ -236,7 +235,7 @@ def traced(path: str | None) -> Iterator[None]:
     rank = dist.get_rank()
     with tempfile.TemporaryDirectory(prefix="parlab-trace-") as tmp:
         part = Path(tmp) / f"rank{rank}.json"
-        with timeline.profiled(part, cuda=dist.get_backend() == "nccl"):
+        with timeline.profiled(part, cuda=launch.uses_nccl()):
             yield
         parts: list[str | None] | None = [None] * dist.get_world_size() if rank == 0 else None
         dist.gather_object(part.read_text(), parts, dst=0)

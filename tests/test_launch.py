@@ -66,7 +66,7 @@ def test_backend_is_gloo_on_cpu_and_nccl_with_enough_gpus(monkeypatch):
     assert launch.pick_backend(2) == "gloo"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert launch.pick_backend(4) == "nccl"
+    assert launch.pick_backend(4) == "cpu:gloo,cuda:nccl"  # a CPU tensor still works
     assert launch.pick_backend(8) == "gloo"
     with pytest.raises(ValueError, match="needs 8 GPUs"):
         launch.pick_backend(8, "nccl")

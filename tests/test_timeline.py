@@ -9,6 +9,7 @@ The bubble arithmetic is checked on a trace written out by hand.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -135,6 +136,23 @@ def test_messages_move_to_tracks_where_they_nest(tmp_path):
                                    [("gloo:recv", 60)]]
     names = [e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"]
     assert sum(n.startswith("messages") for n in names) == 2
+
+
+def test_nccl_messages_are_messages_too(tmp_path):
+    """NCCL names its ranges with their peers ("nccl:recv 0<-1", "nccl:send 0->1")."""
+    from parlab.cp.trace import TRANSFERS
+    from parlab.timeline import in_flight
+
+    names = ["nccl:recv 0<-1", "nccl:send 0->1", "nccl:recv 12<-3", "gloo:recv", "gloo:send"]
+    assert all(in_flight(n) for n in names)
+    assert not any(in_flight(n) for n in ("compute", "nccl:all_reduce", "recv F mb0 chunk0"))
+    assert [bool(re.match(TRANSFERS, n)) for n in names] == [True, False, True, True, False]
+    events = [_event(0, "compute", 100, 1000), _event(0, "nccl:recv 0<-1", 50, 400)]
+    part = tmp_path / "r0.json"
+    part.write_text(json.dumps(_rank_trace("a", 0, 0, events)))
+    data = json.loads(merge([part], tmp_path / "out.json").read_text())
+    tids = {e["name"]: e["tid"] for e in data["traceEvents"] if e.get("ph") == "X"}
+    assert tids["compute"] == 0 and tids["nccl:recv 0<-1"] != 0  # on a message track
 
 
 def test_hidden_share_and_windows_on_a_known_timeline():

@@ -18,9 +18,9 @@ installed; a rank of `parlab.launch.run` installs it before it unpickles the fun
 notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
 name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
 
-Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`:
-all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the full tensor,
-all_to_all (t-1)/t*n of the input, send n, recv 0.
+Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`
+(`parlab.comm_bytes`): all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the
+full tensor, all_to_all (t-1)/t*n of the input, send n, recv 0.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+
+from parlab.comm_bytes import payload, wire_bytes
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Event:
     group_ranks: tuple[int, ...] = ()  # global ranks of the group (peer for p2p)
     shape: tuple[int, ...] = ()
     dtype: str = ""
+    device: str = ""  # where the tensor lives ("cpu", "cuda:0"); "" without a tensor
+    batch: int = 0  # which batch_isend_irecv call posted it (NCCL groups these); 0: none
+    gloo_group: bool = False  # on a group made with backend="gloo": gloo on a GPU box too
 
     def describe(self) -> str:
         if self.kind == "new_group":
@@ -61,10 +65,8 @@ Listener = Callable[[str, Event], None]  # (phase "start" | "end", event)
 _listeners: list[Listener] = []
 _originals: dict[str, Callable[..., Any]] = {}
 _depth = [0]  # >0 while inside a wrapped call: all_gather_object calls all_gather itself
-
-
-def _nbytes(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.numel() * t.element_size()
+_batch = [0, 0]  # the batch_isend_irecv call under way (0: none), the last one's number
+_gloo_groups: dict[int, Any] = {}  # id -> group, of the groups made with backend="gloo"
 
 
 def _group_ranks(group: Any) -> tuple[int, ...]:
@@ -73,62 +75,6 @@ def _group_ranks(group: Any) -> tuple[int, ...]:
     if group is None or group is dist.GroupMember.WORLD:
         return tuple(range(dist.get_world_size()))
     return tuple(dist.get_process_group_ranks(group))
-
-
-def _first_tensor(x: Any) -> torch.Tensor | None:
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
-        return x[0]
-    return None
-
-
-def _payload(kind: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor | None, int]:
-    """The tensor to describe and the payload bytes n used by the cost formulas."""
-    a0 = args[0] if args else next(iter(kwargs.values()), None)
-    a1 = args[1] if len(args) > 1 else None
-    if kind in ("all_gather", "reduce_scatter"):  # list forms: full = sum of the list
-        full = a0 if kind == "all_gather" else a1
-        if isinstance(full, (list, tuple)):
-            return _first_tensor(full), sum(_nbytes(t) for t in full)
-    if kind in ("all_gather_into_tensor", "all_gather_single"):  # (output, input): full = output
-        return a0, _nbytes(a0)
-    if kind in ("reduce_scatter_tensor", "reduce_scatter_single"):  # (output, input): full = input
-        return a1, _nbytes(a1)
-    if kind in ("all_to_all", "all_to_all_single"):  # (output, input): count the input
-        t = a1 if kind == "all_to_all_single" else None
-        if isinstance(a1, (list, tuple)):
-            return _first_tensor(a1), sum(_nbytes(x) for x in a1)
-        return t, _nbytes(t)
-    t = _first_tensor(a0)
-    return t, _nbytes(t)
-
-
-# Which ring formula of parlab.costs gives the bytes a rank sends, per kind of call.
-_WIRE = {
-    "all_reduce": "ring_allreduce_bytes",
-    "all_gather": "ring_allgather_bytes",
-    "all_gather_into_tensor": "ring_allgather_bytes",
-    "all_gather_single": "ring_allgather_bytes",
-    "reduce_scatter": "ring_reduce_scatter_bytes",
-    "reduce_scatter_tensor": "ring_reduce_scatter_bytes",
-    "reduce_scatter_single": "ring_reduce_scatter_bytes",
-    "all_to_all": "all_to_all_bytes",
-    "all_to_all_single": "all_to_all_bytes",
-    "broadcast": "broadcast_bytes",
-}
-
-
-def wire_bytes(kind: str, nbytes: int, group_size: int) -> float:
-    """Bytes one rank sends for a call of `kind` with payload `nbytes` among `group_size`."""
-    if kind in ("send", "isend"):
-        return float(nbytes)
-    formula = _WIRE.get(kind)
-    if formula is None or nbytes == 0:
-        return 0.0
-    from parlab import costs  # imported here: costs is pure maths, comm is plumbing
-
-    return float(getattr(costs, formula)(nbytes, group_size))
 
 
 _COLLECTIVES = [
@@ -190,7 +136,7 @@ def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
         given = args[0] if args else kwargs.get("ranks")
         members = tuple(given) if given else tuple(range(dist.get_world_size()))
         return Event(kind, len(members), 0, 0.0, members)
-    tensor, n = _payload(kind, args, kwargs)
+    tensor, n = payload(kind, args, kwargs)
     ranks: tuple[int, ...]
     if kind in _P2P:
         ranks = _peer(args, kwargs)
@@ -206,7 +152,10 @@ def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
         wire = float(n - splits[ranks.index(dist.get_rank())] * row_bytes)
     shape = tuple(tensor.shape) if tensor is not None else ()
     dtype = str(tensor.dtype).replace("torch.", "") if tensor is not None else ""
-    return Event(kind, size, n, wire, ranks, shape, dtype)
+    device = str(tensor.device) if tensor is not None else ""
+    group = kwargs.get("group", args[2] if kind in _P2P and len(args) > 2 else None)
+    return Event(kind, size, n, wire, ranks, shape, dtype, device, _batch[0],
+                 id(group) in _gloo_groups)
 
 
 def _notify(phase: str, event: Event) -> None:
@@ -238,7 +187,14 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             args, kwargs = _rerouted(kind, args, kwargs)
         # not traced: batch_isend_irecv (its isend/irecv calls are), a call nobody watches, or
         # one made by another wrapped call (all_gather_object calls all_gather itself)
-        if kind == "batch_isend_irecv" or not _listeners or _depth[0]:
+        if kind == "batch_isend_irecv":
+            _batch[1] += 1
+            _batch[0] = _batch[1]
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _batch[0] = 0
+        if not _listeners or _depth[0]:
             return fn(*args, **kwargs)
         event = _make_event(kind, args, kwargs)
         _notify("start", event)
@@ -248,6 +204,9 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _depth[0] -= 1
         _notify("end", event)
+        if kind == "new_group" and kwargs.get("backend", args[2] if len(args) > 2 else None) \
+                == "gloo" and out is not None:
+            _gloo_groups[id(out)] = out
         if kind in ("isend", "irecv") and out is not None:
             return _TracedWork(out, event)
         return out

@@ -11,7 +11,6 @@ from parlab.capstone.train import (
     check_plan,
     local_batch,
     make_optimizer,
-    rank_device,
     record_progress,
     setup_parallel,
     shard_model,
@@ -23,6 +22,6 @@ from parlab.capstone.train import (
 
 __all__ = [
     "TOLERANCE", "check_plan", "shard_model", "local_batch", "sync_gradients", "Replica",
-    "setup_parallel", "train_step", "train_parallel", "train_single", "rank_device",
+    "setup_parallel", "train_step", "train_parallel", "train_single",
     "make_optimizer", "record_progress", "run_capstone", "plot_losses", "read_progress",
 ]

@@ -30,7 +30,6 @@ Every gradient is then the single-device gradient up to float rounding, and so i
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from parlab import launch
 from parlab.mesh import make_mesh, new_groups
 from parlab.model.corpus import batch, load_corpus
 from parlab.model.gpt import GPT, GPTConfig
@@ -47,7 +47,7 @@ from parlab.tp.attention import TPBlock
 
 __all__ = ["TOLERANCE", "check_plan", "shard_model", "local_batch", "sync_gradients",
            "Replica", "setup_parallel", "train_step", "train_parallel", "train_single",
-           "rank_device", "make_optimizer", "record_progress"]
+           "make_optimizer", "record_progress"]
 
 # Largest |parallel loss - single-device loss| accepted at any step (float32, losses ~2-6).
 # Not bit-exact: a TP rank sums half of each matmul's products and an all-reduce adds the
@@ -82,15 +82,6 @@ def check_plan(cfg: GPTConfig, *, dp: int, tp: int, batch_size: int,
     if cfg.vocab < words:
         raise ValueError(f"cfg.vocab={cfg.vocab} but the corpus has {words} words: "
                          f"use GPTConfig(vocab={words}) or more")
-
-
-def rank_device() -> torch.device:
-    """cuda:<local rank> when the default group is NCCL, else the CPU."""
-    if dist.get_backend() != "nccl":
-        return torch.device("cpu")
-    local = int(os.environ.get("LOCAL_RANK", dist.get_rank() % torch.cuda.device_count()))
-    torch.cuda.set_device(local)
-    return torch.device("cuda", local)
 
 
 def _block(module: nn.Module) -> Block:
@@ -149,7 +140,7 @@ def setup_parallel(cfg: GPTConfig, *, dp: int, tp: int, batch_size: int, lr: flo
     check_plan(cfg, dp=dp, tp=tp, batch_size=batch_size, world_size=dist.get_world_size())
     mesh = make_mesh(dp * tp, dp=dp, tp=tp)
     groups = new_groups(mesh, axes=("dp", "tp"))
-    device = rank_device()
+    device = launch.device()
     model = shard_fn(GPT(cfg).to(device), groups["tp"])
     return Replica(model, make_optimizer(model, lr), groups,
                    mesh.coords(dist.get_rank())["dp"], dp, device)

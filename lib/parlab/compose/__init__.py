@@ -24,7 +24,7 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
   `sync_data_parallel` (their `finish()`: the seam `Parts` can replace), `sum_grads`.
 - `train`: `Plan`, `Parts` (the replaceable pieces tests plant bugs in), `TOLERANCE` and
   `CHECKED_STEPS` (how close, for how long), `check_plan`, `setup`, `train_step`, `train`,
-  `train_single`, `rank_device`, `Replica`, `Position` (iterations and the data position),
+  `train_single`, `Replica`, `Position` (iterations and the data position),
   `Checkpointing` (what `train(checkpoints=)` needs).
 - `shards` (module 09): `ShardSpec`, `shard_specs` (which piece of which single-device tensor
   each parameter is), `rank_mesh`, `placements`, `as_dtensor`, `chunk_rows`, `reshard_pieces`
@@ -82,7 +82,6 @@ from parlab.compose.train import (
     Position,
     Replica,
     check_plan,
-    rank_device,
     setup,
     train,
     train_single,
@@ -96,7 +95,7 @@ __all__ = [
     "split_layers", "Stage", "ParallelLlama", "Messages", "run_schedule", "synced_backwards",
     "BUCKET_BYTES", "bucketed", "data_parallel", "sync_data_parallel",
     "sum_grads", "finalize_grads", "TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica",
-    "check_plan", "rank_device", "setup", "train_step", "train", "train_single", "Position",
+    "check_plan", "setup", "train_step", "train", "train_single", "Position",
     "Checkpointing", "ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor",
     "chunk_rows", "to_chunks", "from_chunks", "Saved", "state_dict", "save_state",
     "load_state", "describe_grid", "Checkpoints", "CheckpointParts", "Resumed", "latest",

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from parlab.cp.layout import layout_positions, position_table
+from parlab.launch import nccl_rules, uses_nccl
 from parlab.mesh import Mesh, make_mesh, new_groups
 
 __all__ = ["Grid", "Positions", "make_grid", "group_size"]
@@ -177,6 +178,6 @@ def make_grid(*, dp: int = 1, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1
     mesh = make_mesh(world, dp=dp, pp=pp, tp=tp, cp=cp, ep=ep)
     groups = new_groups(mesh, axes=("tp", "cp", "pp", "ep"))
     groups.update(_custom_groups(mesh, rank))
-    if dist.get_backend() == "nccl":
+    if uses_nccl() or nccl_rules.watching():  # PARLAB_NCCL_RULES=1 plays NCCL on gloo
         groups["p2p"] = dist.new_group(list(range(world)), backend="gloo")
     return Grid(mesh, rank, mesh.coords(rank), groups, layout)

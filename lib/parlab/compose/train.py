@@ -31,7 +31,6 @@ through flags in this code.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from parlab import launch
 from parlab.compose.grads import Sync, finalize_grads, sync_data_parallel
 from parlab.compose.grid import Grid, group_size, make_grid
 from parlab.compose.pipeline import run_schedule
@@ -51,7 +51,7 @@ from parlab.pp.schedules import make_schedule
 from parlab.tp.sequence import allreduce_sequence_parallel_grads
 
 __all__ = ["TOLERANCE", "CHECKED_STEPS", "Plan", "Parts", "Replica", "Position",
-           "Checkpointing", "check_plan", "rank_device", "setup", "train_step", "train",
+           "Checkpointing", "check_plan", "setup", "train_step", "train",
            "train_single"]
 
 TOLERANCE = 2e-5
@@ -153,15 +153,6 @@ def check_plan(cfg: LlamaConfig, plan: Plan, *, world_size: int | None = None) -
     _fail_unless(cfg.vocab >= len(load_corpus()[1]), "cfg.vocab is smaller than the corpus")
 
 
-def rank_device() -> torch.device:
-    """cuda:<local rank> when the default group is NCCL, else the CPU."""
-    if not dist.is_initialized() or dist.get_backend() != "nccl":
-        return torch.device("cpu")
-    local = int(os.environ.get("LOCAL_RANK", dist.get_rank() % torch.cuda.device_count()))
-    torch.cuda.set_device(local)
-    return torch.device("cuda", local)
-
-
 @dataclass
 class Replica:
     """What one rank holds while it trains."""
@@ -204,7 +195,7 @@ def setup(cfg: LlamaConfig, plan: Plan, *, lr: float, parts: Parts = Parts()) ->
     check_plan(cfg, plan, world_size=dist.get_world_size())
     grid = make_grid(dp=plan.dp, pp=plan.pp, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                      layout=plan.layout)
-    device = rank_device()
+    device = launch.device()
     layers = parts.split_layers(cfg, plan.pp * plan.virtual)
     model = ParallelLlama(Llama(cfg), grid, layers,
                           sequence_parallel=plan.sequence_parallel).to(device)

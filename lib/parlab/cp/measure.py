@@ -38,7 +38,7 @@ from parlab.cp import ring as cp_ring
 from parlab.cp.blocks import block_attention, empty_partial, full_attention
 from parlab.cp.layout import LAYOUTS, position_table
 from parlab.cp.ring import ring_attention_forward
-from parlab.launch import run
+from parlab.launch import device, run
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure  # pyplot is imported where it draws: ranks never do
@@ -47,13 +47,6 @@ __all__ = ["measure_overlap", "measure_work", "plot_timelines"]
 
 MODES = {"overlapped": True, "waits first": False}
 Events = list[tuple[str, float, float]]  # ("compute" | "transfer" | "wait", start, end)
-
-
-def _device() -> torch.device:
-    """This rank's device: its own GPU under NCCL, else the CPU."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 class _TimedTransfer:
@@ -108,7 +101,7 @@ def _overlap_worker(tokens: int, heads: int, head_dim: int, cost: float | None,
                     link: float | None, factor: float, min_cost: float,
                     link_range: tuple[float, float], repeats: int) -> dict:
     gen = torch.Generator().manual_seed(dist.get_rank())
-    k, v = (torch.randn(1, heads, tokens, head_dim, generator=gen).to(_device())
+    k, v = (torch.randn(1, heads, tokens, head_dim, generator=gen).to(device())
             for _ in range(2))  # K and V, (1, H, n, D) each
     kv = (k, v)
     waits = []
@@ -158,7 +151,7 @@ def _work_worker(layouts: tuple[str, ...], seq_len: int, tables: dict[str, Tenso
                  seed: int) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, 2, seq_len, 8, generator=gen, dtype=torch.float64).to(_device())
+    q, k, v = (torch.randn(1, 2, seq_len, 8, generator=gen, dtype=torch.float64).to(device())
                for _ in range(3))  # (B, H, T, D), the same on every rank
     full, _ = full_attention(q, k, v, causal=True)
     out = {}

@@ -5,6 +5,7 @@ and `pos`, the (W, n) table of every rank's global positions, the same on every 
 s = 0..W-1 rank r holds the K/V block of rank $(r - s) \bmod W$:
 
     forward, step s:  post isend(K, V -> right), irecv(K', V' <- left)   [not at the last step]
+                      (even ranks send first, odd ranks receive first: NCCL needs it at W=2)
                       compute block_attention(q, K, V) and merge it       [the transfer flies]
                       wait; K, V = K', V'
 
@@ -88,14 +89,17 @@ def _ring(group: Any) -> tuple[int, int, int, int]:
 
 
 def shift_right(tensors: Sequence[Tensor], *, group: Any = None) -> Transfer:
-    """Post, for each tensor, an irecv of its shape from the left neighbour and an isend of it
-    to the right one. Nothing blocks; nobody waits for a peer before posting."""
-    _, _, right, left = _ring(group)
+    """Post, for each tensor, an isend of it to the right neighbour and an irecv of its shape
+    from the left one; even ranks send first, odd ranks receive first. Nothing blocks. With
+    2 ranks the left and right neighbour are one rank, and NCCL runs a pair's calls in the
+    order posted: if both received first, both would wait for ever (parlab.launch.nccl_rules)."""
+    rank, _, right, left = _ring(group)
     handles, received = [], []
     for t in tensors:
         buf = torch.empty_like(t)
+        send = dist.isend(t.contiguous(), dst=right, group=group) if rank % 2 == 0 else None
         handles.append(dist.irecv(buf, src=left, group=group))
-        handles.append(dist.isend(t.contiguous(), dst=right, group=group))
+        handles.append(send or dist.isend(t.contiguous(), dst=right, group=group))
         received.append(buf)
     return Transfer(timeline.watched(handles), received)  # (a watcher under a profiler)
 

@@ -36,6 +36,7 @@ from torch.profiler import record_function
 
 from parlab.cp.layout import position_table
 from parlab.cp.ring import ring_attention, ring_attention_forward
+from parlab.launch import device as launch_device
 from parlab.launch import run
 from parlab.timeline import Range, Timeline, covered, load
 
@@ -46,7 +47,8 @@ __all__ = ["MODES", "TRANSFERS", "COMPUTE", "RingTrace", "step_transfers", "trac
            "plot_ring_trace"]
 
 MODES = {"overlapped": True, "waits first": False}
-TRANSFERS = r"^(gloo|nccl):recv$"  # a message in flight, posted to arrived
+TRANSFERS = r"^(gloo|nccl):recv( \d+<-\d+)?$"  # a message in flight, posted to arrived
+# (NCCL names its peers: "nccl:recv 0<-1")
 COMPUTE = r"^ring (backward )?step \d+ compute$"
 WAIT = r"^ring step \d+ wait$"
 _COLOURS = {"compute": "tab:blue", "in flight": "tab:orange", "waiting": "tab:red"}
@@ -68,8 +70,7 @@ class RingTrace:
 def _ring_worker(seq_len: int, heads: int, head_dim: int, causal: bool,
                  backward: bool) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = (torch.device("cuda", torch.cuda.current_device())
-              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    device = launch_device()
     gen = torch.Generator().manual_seed(rank)
     n = seq_len // world
     q, k, v = (torch.randn(1, heads, n, head_dim, generator=gen).to(device) for _ in range(3))

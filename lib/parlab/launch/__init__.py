@@ -3,8 +3,10 @@
     from parlab.launch import run
     run(fn, world_size=4)      # fn(...) on 4 ranks, results in rank order
 
-- `runner`: `run` (its docstring says which backend, what is raised, how hangs end) and
-  `pick_backend`.
+- `runner`: `run` (its docstring says what is raised, how hangs end).
+- `devices`: the one device rule: `device()` (this rank's GPU under NCCL, else the CPU),
+  `pick_backend` (PARLAB_BACKEND, PARLAB_GPUS), `uses_nccl`, `pin_numerics`.
+- `nccl_rules`: with PARLAB_NCCL_RULES=1, what NCCL would refuse or deadlock on fails on gloo.
 - `rank`: the life of one rank in its child process (status line, process group, result).
 - `errors`: `RankError`, `CollectiveMismatch`, `CollectiveTimeout`, each naming the rank and
   what it was doing; in a notebook they show only the learner's own frames.
@@ -12,9 +14,11 @@
   stops the run early when the hang is certain.
 """
 
-from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
-from parlab.launch.runner import pick_backend, run
+from parlab.launch.devices import device, pick_backend, uses_nccl
+from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, NcclRuleBroken, RankError
+from parlab.launch.runner import run
 
 __all__ = [
-    "run", "pick_backend", "RankError", "CollectiveMismatch", "CollectiveTimeout",
+    "run", "device", "pick_backend", "uses_nccl", "RankError", "CollectiveMismatch",
+    "CollectiveTimeout", "NcclRuleBroken",
 ]

@@ -4,10 +4,12 @@
   pointing at the learner's own cells again, see `relocate`) say which and where.
 - `CollectiveMismatch` (a RankError): ranks called different collectives, or one with tensors
   of different shape or dtype.
+- `NcclRuleBroken`: with PARLAB_NCCL_RULES=1, a call NCCL would refuse or deadlock on,
+  although gloo ran it (parlab.launch.nccl_rules).
 - `CollectiveTimeout`: a hang; `.certain` tells a hang seen for sure (stopped early) from one
   that merely ran out of time, `.elapsed` how long the ranks ran.
 
-All three are `parlab.errors.Readable`: in a notebook they show the message and the learner's
+All four are `parlab.errors.Readable`: in a notebook they show the message and the learner's
 own frames, not the launcher's.
 """
 
@@ -133,6 +135,10 @@ class RankError(Readable, RuntimeError):
 
 class CollectiveMismatch(RankError):
     """Ranks disagreed on a collective: a different op, shape or dtype."""
+
+
+class NcclRuleBroken(Readable, RuntimeError):
+    """What NCCL would refuse or deadlock on, seen on gloo (parlab.launch.nccl_rules)."""
 
 
 class CollectiveTimeout(Readable, TimeoutError):

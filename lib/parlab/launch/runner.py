@@ -12,7 +12,9 @@
 Every rank calls `fn(*args, **kwargs)` inside an initialised default process group. `fn`
 may be defined in a notebook cell: it travels by value (cloudpickle). Ranks are forked from
 a forkserver that has torch imported already, so a warm call costs a fraction of a second.
-The backend is NCCL with one GPU per rank when there are enough GPUs, gloo on CPU otherwise.
+The backend is NCCL with one GPU per rank when there are enough GPUs (the device map
+"cpu:gloo,cuda:nccl"), gloo on CPU otherwise: `parlab.launch.devices`. What a rank returns
+comes back with its tensors on the CPU.
 
 Failures never hang and never leave a process behind:
 - a rank that raises -> `RankError` naming the rank, with its traceback;
@@ -21,7 +23,9 @@ Failures never hang and never leave a process behind:
 - a rank that dies (os._exit, killed for memory) -> `RankError` with its exit code;
 - a hang (a rank skipped a collective, an endless loop) -> `CollectiveTimeout` after
   `timeout` seconds, or sooner when it is certain, saying what each rank was doing;
-- KeyboardInterrupt (what nbgrader sends on a cell timeout) -> every rank is killed.
+- KeyboardInterrupt (what nbgrader sends on a cell timeout) -> every rank is killed;
+- with PARLAB_NCCL_RULES=1, a call NCCL would refuse or deadlock on -> `NcclRuleBroken`
+  (parlab.launch.nccl_rules), although gloo ran it.
 """
 
 from __future__ import annotations
@@ -43,12 +47,13 @@ from multiprocessing.connection import wait
 from typing import Any, TypeVar
 
 import cloudpickle
-import torch
 
 from parlab import timeline
+from parlab.launch import devices, nccl_rules
 from parlab.launch import rank as _rank
+from parlab.launch.devices import pick_backend
 from parlab.launch.diagnose import Watch
-from parlab.launch.errors import Origins, RankError, code_origins
+from parlab.launch.errors import NcclRuleBroken, Origins, RankError, code_origins, relocate
 
 __all__ = ["run", "pick_backend"]
 
@@ -66,20 +71,6 @@ _PRELOAD_IF_IMPORTED = {"parlab.capstone": ["torch._dynamo"],
 _START_LOCK = threading.Lock()
 T = TypeVar("T")
 ERROR_GRACE_S = 0.5  # after a first error, wait this long for the other ranks' reports
-
-
-def pick_backend(world_size: int, backend: str | None = None) -> str:
-    """NCCL when every rank can have its own GPU, gloo otherwise (or what the caller says)."""
-    if backend is not None:
-        if backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend must be 'gloo', 'nccl' or None, not {backend!r}")
-        if backend == "nccl" and world_size > torch.cuda.device_count():
-            raise ValueError(f"backend='nccl' needs {world_size} GPUs, this machine has "
-                             f"{torch.cuda.device_count()}; use backend=None or 'gloo'")
-        return backend
-    if torch.cuda.is_available() and world_size <= torch.cuda.device_count():
-        return "nccl"
-    return "gloo"
 
 
 def forkserver_preload() -> list[str]:
@@ -142,9 +133,12 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     `trace="run.json"` profiles every rank (parlab.timeline) and writes one merged Chrome
     trace there, one process row per rank, when the run succeeds."""
     _check_args(fn, world_size, timeout)
+    asked = (backend or os.environ.get("PARLAB_BACKEND", "")).strip().lower()
+    rules = nccl_rules.enabled() and asked != "gloo"  # gloo asked for stays gloo on a GPU box
     backend = pick_backend(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()
+    gpus = devices.gpus() if "nccl" in backend else []
     workdir = tempfile.mkdtemp(prefix="parlab-run-")
     procs: list[Any] = []
     lifelines: list[Any] = []
@@ -156,7 +150,8 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
             status = ctx.RawArray(ctypes.c_char, _rank.STATUS_BYTES)
             p = ctx.Process(target=_rank.main, name=f"parlab-rank-{rank}", daemon=True, args=(
                 rank, world_size, backend, os.path.join(workdir, "store"), timeout + 5.0,
-                payload, send_end, life_r, status, None if trace is None else workdir))
+                payload, send_end, life_r, status, None if trace is None else workdir,
+                gpus[rank] if gpus else None, rules))
             with _without_main():
                 p.start()
             send_end.close()
@@ -166,7 +161,12 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
             receivers.append(recv_end)
             statuses.append(status)
         origins = code_origins(fn, args, kwargs)
-        results = _collect(procs, receivers, Watch(statuses, timeout), origins)
+        results, calls = _collect(procs, receivers, Watch(statuses, timeout), origins)
+        if all(c is not None for c in calls):  # PARLAB_NCCL_RULES=1 (nccl_rules)
+            try:
+                nccl_rules.check_pairs(calls)
+            except NcclRuleBroken as exc:
+                raise NcclRuleBroken(relocate(str(exc), origins)) from None
         if trace is not None:
             timeline.merge([os.path.join(workdir, f"rank{r}.json") for r in range(world_size)],
                            trace)
@@ -176,9 +176,11 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _collect(procs: list, receivers: list, watch: Watch, origins: Origins) -> list:
-    """Wait for every rank's result; raise the first real failure."""
+def _collect(procs: list, receivers: list, watch: Watch, origins: Origins) -> tuple[list, list]:
+    """Every rank's result and its logged calls (None unless PARLAB_NCCL_RULES=1), in rank
+    order; raise the first real failure."""
     results: dict[int, Any] = {}
+    calls: dict[int, Any] = {}
     errors: list[tuple] = []
     first_error_at: float | None = None
     pending = list(receivers)
@@ -198,11 +200,11 @@ def _collect(procs: list, receivers: list, watch: Watch, origins: Origins) -> li
                 procs[rank].join(1.0)
                 msg = ("error",) + _death(rank, procs[rank].exitcode)
             if msg[0] == "ok":
-                results[rank] = msg[2]
+                results[rank], calls[rank] = msg[2], msg[3]
             else:
                 errors.append(msg[1:])
                 first_error_at = first_error_at or time.monotonic()
-    return [results[r] for r in range(len(procs))]
+    return [results[r] for r in range(len(procs))], [calls[r] for r in range(len(procs))]
 
 
 def _death(rank: int, code: int | None) -> tuple:

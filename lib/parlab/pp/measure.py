@@ -5,7 +5,9 @@ r"""The bubble measured from a profiler trace, beside the simulator and the clos
     sweep.rows            # one per (schedule, m): measured, simulated, formula
     sweep.latency         # what a message costs, read off the trace, seconds
 
-All the schedules run in one job on p ranks (`parlab.launch.run(..., trace=path)`), one after
+All the schedules run in one job on p ranks over gloo, with CPU tensors, also on a GPU box
+(`parlab.launch.run(..., trace=path, backend="gloo")`: the executor posts its receives ahead
+of its sends, which NCCL would run in that order, `parlab.pp.run`), one after
 the other, each inside a range named "pipeline <schedule> m=<m>" (`config_name`) whose actions
 are the executor's ranges ("F mb3 chunk1", `parlab.pp.executor.range_name`). Each action
 sleeps out a known cost (`execute(costs=...)`), so the timeline is set by those costs and by
@@ -216,7 +218,8 @@ def measure_bubbles(*, p: int = 4, ms: Sequence[int] = (4, 8, 16, 32),
     batch must split into every m."""
     configs = [Config(name, p, m, v) for name, v in schedules for m in ms]
     options = {"n_layers": n_layers, "width": 16, "batch": batch}
-    rss = launch.run(_sweep_worker, p, configs, costs, options, trace=trace, timeout=timeout)
+    rss = launch.run(_sweep_worker, p, configs, costs, options, trace=trace, timeout=timeout,
+                     backend="gloo")  # the executor posts receives ahead: a gloo design
     tl = load(trace)
     found = windows(tl)
     window = {c: found[config_name(c)] for c in configs}

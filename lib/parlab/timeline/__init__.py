@@ -29,7 +29,7 @@ rank descheduled between the barrier and its mark, common on a busy machine, wou
 whole row by milliseconds.)
 """
 
-from parlab.timeline.merge import IN_FLIGHT, merge
+from parlab.timeline.merge import IN_FLIGHT, in_flight, merge
 from parlab.timeline.read import (
            Range,
            Timeline,
@@ -41,5 +41,5 @@ from parlab.timeline.read import (
 )
 from parlab.timeline.record import CLOCK_SYNC, profiled, watched
 
-__all__ = ["CLOCK_SYNC", "IN_FLIGHT", "Range", "Timeline", "profiled", "watched", "merge",
-           "load", "idle_share", "busy_share", "covered", "hidden_share"]
+__all__ = ["CLOCK_SYNC", "IN_FLIGHT", "in_flight", "Range", "Timeline", "profiled", "watched",
+           "merge", "load", "idle_share", "busy_share", "covered", "hidden_share"]

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from parlab.timeline.record import CLOCK_SYNC
 
-__all__ = ["IN_FLIGHT", "merge"]
+__all__ = ["IN_FLIGHT", "in_flight", "merge"]
 
-IN_FLIGHT = ("gloo:send", "gloo:recv", "nccl:send", "nccl:recv")  # posted, then completed later
+# A message's range, posted then completed later: gloo's "gloo:recv", NCCL's "nccl:recv 0<-1"
+# and "nccl:send 0->1" (its peers in the name).
+IN_FLIGHT = r"^(gloo|nccl):(send|recv)( \d+(<-|->)\d+)?$"
+
+
+def in_flight(name: object) -> bool:
+    """Whether a range named `name` is a message in flight (`IN_FLIGHT`)."""
+    return isinstance(name, str) and re.match(IN_FLIGHT, name) is not None
 _LANE_TID = 1_000_000  # tids of the "messages" tracks: far from any thread id
 
 
@@ -39,7 +47,7 @@ def merge(parts: Sequence[str | os.PathLike], out: str | os.PathLike) -> Path:
             if ph not in ("X", "i", "I") or "ts" not in e:
                 continue
             e["pid"], e["ts"] = rank, e["ts"] - zero
-            (flying if ph == "X" and e.get("name") in IN_FLIGHT else events).append(e)
+            (flying if ph == "X" and in_flight(e.get("name")) else events).append(e)
         events += _lanes(flying, rank)
         events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0,
                        "args": {"name": f"rank {rank}"}})

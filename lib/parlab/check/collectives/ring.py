@@ -30,6 +30,7 @@ from parlab.check.collectives.story import (
     plain_story,
     tagged_story,
 )
+from parlab.launch import device
 
 __all__ = ["check_ring_allreduce"]
 
@@ -69,8 +70,7 @@ def _ring_worker(fn: Callable, numel: int, dtype: torch.dtype, cases: tuple, see
     from parlab import comm
 
     rank, t = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
-        else torch.device("cpu")  # NCCL ranks own one GPU each
+    dev = device()  # NCCL ranks own one GPU each
     out = []
     for case in cases:
         x = make_input(case, rank, t, numel, dtype, seed).to(dev)

@@ -31,8 +31,9 @@ HINTS = {
     "index": "a chunk index is off: check that the chunk you receive into at each step is the "
     "chunk your left neighbour sends at that step (an off-by-one in (r - s) % t?)",
     "hang": "a send or receive never met its partner. Either every rank made a blocking "
-    "dist.send at once (each waits for a receiver that is itself sending: post dist.irecv and "
-    "dist.isend, then wait on both, or let even ranks send first), or a rank receives from the "
+    "dist.send at once (each waits for a receiver that is itself sending: post dist.isend and "
+    "dist.irecv without waiting, even ranks sending first and odd ranks receiving first, as "
+    "NCCL needs with 2 ranks, then wait on both), or a rank receives from the "
     "wrong peer (receive from the left, (r - 1) % t, what the left sends to its right)",
     "no_send": "send chunks to your right neighbour with dist.isend (or dist.send) and "
     "receive from the left with dist.irecv (or dist.recv)",

@@ -30,13 +30,14 @@ FP32_EXP_MAX = math.log(torch.finfo(torch.float32).max)  # 88.7: exp overflows a
 
 DEADLOCK = ("every rank is waiting for a peer that is waiting too. A blocking dist.recv (or "
             "dist.send) posted first on every rank never completes, because its partner is "
-            "blocked in the same call: post dist.irecv and dist.isend first, then .wait() on "
-            "both (or let even ranks send first)")
+            "blocked in the same call: post dist.isend and dist.irecv without waiting, even "
+            "ranks sending first and odd ranks receiving first (NCCL needs that order with 2 "
+            "ranks, where left and right are one peer), then .wait() on both")
 MASK = ("the causal mask of the K/V block you hold at step s must use the positions of the "
         "rank it came from, pos[(r - s) % W], against your queries' pos[r]")
 OVERLAP = ("post the next block's transfer before computing the current one: at step s, "
-           "dist.irecv/dist.isend for step s + 1 first, then block_attention on the block you "
-           "hold, then .wait() on the transfer")
+           "dist.isend/dist.irecv for step s + 1 first (even ranks sending first), then "
+           "block_attention on the block you hold, then .wait() on the transfer")
 BF16 = ("the log-sum-exp has bf16 precision: bf16 keeps 8 significant bits, so an lse of 10 "
         "is off by up to 0.03 and every merge weight exp(lse_a - lse) by up to 3%. Merge "
         "(and keep) the log-sum-exp in float32")

@@ -29,6 +29,7 @@ from parlab.check._compare import assert_unchanged, fail
 from parlab.check._harness import call_learner
 from parlab.check.cp.common import INPUTS, NEIGHBOURS, P2P_ONLY, RingCase
 from parlab.cp import ring
+from parlab.launch import device
 
 __all__ = ["env", "cpu", "Recorder", "overlap", "check_protocol", "check_unchanged", "call_ring",
            "REFUSED", "RING_REFUSED", "SHAPES"]
@@ -46,9 +47,7 @@ BUFFER = ("receive into a buffer made like the tensor that is sent: torch.empty_
 def env() -> tuple[int, int, torch.device]:
     import torch.distributed as dist
 
-    dev = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-           else torch.device("cpu"))
-    return dist.get_rank(), dist.get_world_size(), dev
+    return dist.get_rank(), dist.get_world_size(), device()
 
 
 def cpu(x: Any) -> Any:

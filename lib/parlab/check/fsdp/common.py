@@ -17,6 +17,7 @@ import torch
 from parlab.check._compare import fail
 from parlab.check._harness import call_learner, not_reexport, refuse_in_rank
 from parlab.errors import reference_message
+from parlab.launch import device
 
 __all__ = ["DP_WHAT", "PLAN_WHAT", "COSTS_WHAT", "ALL_REDUCE", "KIND", "dp_references",
            "plan_references", "cost_references", "not_the_course", "not_fsdp",
@@ -86,9 +87,7 @@ def env() -> tuple[int, int, torch.device]:
     """(rank, world size, this rank's device: its GPU under NCCL, else the CPU)."""
     import torch.distributed as dist
 
-    dev = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-           else torch.device("cpu"))
-    return dist.get_rank(), dist.get_world_size(), dev
+    return dist.get_rank(), dist.get_world_size(), device()
 
 
 def cpu(x: Any) -> Any:

@@ -24,6 +24,7 @@ import torch
 from parlab.check._compare import assert_owns_only, assert_unchanged, fail, randomize_parameters
 from parlab.check._harness import call_learner, refuse_in_rank
 from parlab.check.tp.hints import IN_PLACE, LINEAR_LAYOUT, OWN_COPY, REPLICATED
+from parlab.launch import device
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 # float32: the randomised layers' values are of order 10, and summing up to 192 products in
@@ -44,9 +45,7 @@ M = TypeVar("M", bound=torch.nn.Module)
 def env() -> tuple[int, int, torch.device]:
     import torch.distributed as dist
 
-    dev = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
-           else torch.device("cpu"))
-    return dist.get_rank(), dist.get_world_size(), dev
+    return dist.get_rank(), dist.get_world_size(), device()
 
 
 def guard() -> None:

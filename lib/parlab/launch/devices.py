@@ -1,0 +1,87 @@
+"""One device rule: where a rank's tensors live, which backend its groups use, what comes back.
+
+    from parlab.launch import device
+    x = torch.randn(4, 8, device=device())     # this rank's GPU under NCCL, else the CPU
+
+- `device()`: this rank's device. Under NCCL it is the GPU the launcher gave the rank
+  (`torch.cuda.set_device`), else the CPU. Every check, reference, solution and demo makes
+  its tensors and modules with it; what a rank returns goes back to the caller on the CPU.
+- `pick_backend(world_size, backend=None)`: what `parlab.launch.run` starts. Where every rank
+  can have a GPU of its own it is the device map "cpu:gloo,cuda:nccl": CUDA tensors go through
+  NCCL and a CPU tensor still works (through gloo). Otherwise "gloo".
+  `PARLAB_BACKEND=gloo|nccl` forces one; `PARLAB_GPUS=2,3` says which GPUs this learner's
+  ranks may use (a shared box: rank r gets the r-th of them).
+- `uses_nccl(group=None)`: whether a group runs NCCL for CUDA tensors. Compare backends only
+  through it: with a device map `dist.get_backend()` is "cpu:gloo,cuda:nccl", not "nccl".
+- `pin_numerics()`: TF32 off and float32 matmuls at full precision, so that a GPU computes
+  what the single-device reference computes (ranks and checks call it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "pin_numerics", "DEVICE_MAP"]
+DEVICE_MAP = "cpu:gloo,cuda:nccl"
+BACKENDS = ("gloo", "nccl")
+
+
+def gpus() -> list[int]:
+    """The GPUs this learner's ranks may use: PARLAB_GPUS ("2,3"), else every GPU seen."""
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    given = os.environ.get("PARLAB_GPUS", "").strip()
+    if not given:
+        return list(range(seen))
+    try:
+        chosen = [int(g) for g in given.split(",") if g.strip()]
+    except ValueError:
+        raise ValueError(f"PARLAB_GPUS={given!r} is not a list of GPU numbers; write it as "
+                         "PARLAB_GPUS=2,3") from None
+    bad = [g for g in chosen if not 0 <= g < seen]
+    if bad or len(set(chosen)) != len(chosen):
+        raise ValueError(f"PARLAB_GPUS={given!r} names GPUs {bad or 'twice'}; this machine has "
+                         f"{seen} (0 to {seen - 1}), each may be named once")
+    return chosen
+
+
+def pick_backend(world_size: int, backend: str | None = None) -> str:
+    """The backend a run of `world_size` ranks starts (see the module doc)."""
+    backend = backend or os.environ.get("PARLAB_BACKEND", "").strip().lower() or None
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be 'gloo', 'nccl' or None, not {backend!r} (from "
+                             "the call or PARLAB_BACKEND)")
+        if backend == "nccl" and world_size > len(gpus()):
+            raise ValueError(f"backend='nccl' needs {world_size} GPUs, this machine has "
+                             f"{len(gpus())} for you; use backend=None or 'gloo'")
+        return backend
+    if torch.cuda.is_available() and 0 < world_size <= len(gpus()):
+        return DEVICE_MAP
+    return "gloo"
+
+
+def uses_nccl(group: Any = None) -> bool:
+    """Whether `group` (default: the world) sends CUDA tensors through NCCL."""
+    return dist.is_initialized() and "nccl" in str(dist.get_backend(group))
+
+
+def device() -> torch.device:
+    """This rank's device: its GPU under NCCL, else the CPU (outside a run: the CPU). Under
+    torchrun, whose ranks the launcher did not place, the GPU is LOCAL_RANK's."""
+    if not uses_nccl():
+        return torch.device("cpu")
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and torch.cuda.current_device() != int(local):
+        torch.cuda.set_device(int(local))
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def pin_numerics() -> None:
+    """TF32 off, float32 matmuls in full precision: a GPU then rounds as the reference does."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
