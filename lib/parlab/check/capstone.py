@@ -41,6 +41,7 @@ import torch
 from parlab.check._compare import assert_close, fail
 from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 from parlab.check.composition.common import KEYS, grid_references
+from parlab.launch import device
 
 __all__ = ["check_sync_gradients", "check_capstone", "optimizer", "SGD_LR", "Run", "RUNS"]
 REFUSAL = ("parlab.capstone's loop or parlab.mesh's grid (write it from your build_groups "
@@ -118,7 +119,8 @@ def _sync_probe(sync_gradients: Callable[..., None], dp: int, tp: int) -> dict[s
 
     groups = new_groups(make_mesh(dp * tp, dp=dp, tp=tp), axes=("dp", "tp"))
     refuse_in_rank(_references(), REFUSAL)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1, bias=False))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2),
+                                torch.nn.Linear(2, 1, bias=False)).to(device())
     for p in model.parameters():
         p.grad = torch.full_like(p, float(dist.get_rank() + 1))
     model[1].weight.grad = None  # a parameter that took no part: it must stay without one

@@ -25,6 +25,7 @@ from parlab.check._harness import (
     run_checked,
 )
 from parlab.check.composition.common import GRID_REFUSAL, GRIDS, KEYS, grid_references
+from parlab.launch import device
 
 __all__ = ["check_axis_groups", "check_build_groups", "BUILD_CASES"]
 ORDER = ("TP is the innermost axis: ranks that differ only in their tp coordinate are "
@@ -107,7 +108,7 @@ def _probe_groups(build_groups: Callable[[dict], dict], sizes: dict[str, int]) -
         if axis not in groups:
             fail(f"build_groups({sizes}) has no group for axis {axis!r}", rank=rank,
                  hint=f"return a group for every axis named in sizes: {sorted(sizes)}")
-        x = torch.tensor([float(rank)])
+        x = torch.tensor([float(rank)], device=device())
         call_learner(f"all_reduce over your {axis} group",
                      lambda a=axis, t=x: dist.all_reduce(t, group=groups[a]))
         sums[axis] = int(x.item())

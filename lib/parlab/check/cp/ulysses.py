@@ -81,8 +81,8 @@ def _call(fn: Callable, x: Tensor, name: str, rank: int, *, shape_hint: str = ON
 
 
 def _reshuffle_worker(fn_s: Callable, fn_h: Callable) -> dict:
-    rank, world, _ = env()
-    x = _tensor(world, 1)
+    rank, world, dev = env()
+    x = _tensor(world, 1).to(dev)
     mine = x[..., rank * N:(rank + 1) * N, :].contiguous()  # (B, H, N, D)
     heads = x[:, rank * H // world:(rank + 1) * H // world].contiguous()  # (B, H/W, T, D)
     try:
@@ -193,9 +193,10 @@ def _attention_worker(fn_s: Callable, fn_h: Callable) -> list[dict]:
 
 
 def _attention(fn_s: Callable, fn_h: Callable, causal: bool) -> dict:
-    rank, world, _ = env()
-    q, k, v, dout = (_tensor(world, i, heads=H if i in (2, 5) else world) for i in (2, 3, 4, 5))
-    pos = torch.arange(world * N)
+    rank, world, dev = env()
+    q, k, v, dout = (_tensor(world, i, heads=H if i in (2, 5) else world).to(dev)
+                     for i in (2, 3, 4, 5))
+    pos = torch.arange(world * N, device=dev)
     rows = slice(rank * N, (rank + 1) * N)
     mine = [x[..., rows, :].contiguous() for x in (q, k, v, dout)]
     fewer = (f"k and v have {world} heads here (grouped-query attention), fewer than q's {H}: "

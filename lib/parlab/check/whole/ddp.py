@@ -39,6 +39,7 @@ from parlab.check._harness import (
     run_checked,
 )
 from parlab.check.whole.common import HANG, KEY_DDP, CallLog, ddp_references
+from parlab.launch import device
 
 WIDTH, LAYERS, ROWS, MICRO = 12, 5, 12, 2  # 12 rows split over 2, 3 or 2 x 2 ranks
 BUCKET_BYTES = 1000  # a Linear(12, 12) holds 624 bytes: buckets of two layers (weight+bias)
@@ -143,7 +144,7 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def _step(ddp: Any, model: nn.Module, log: CallLog, step: int, coord: int, d: int) -> dict:
-    x, y = _data(step)
+    x, y = (t.to(device()) for t in _data(step))
     n = ROWS // d
     xs, ys = x[coord * n:(coord + 1) * n].chunk(MICRO), y[coord * n:(coord + 1) * n].chunk(MICRO)
     model.zero_grad(set_to_none=True)
@@ -173,7 +174,7 @@ def _worker(cls: type, groups: list[list[int]] | None) -> dict:
         index = next(i for i, g in enumerate(groups) if rank in g)
         group, members = made[index], groups[index]
     d, coord = len(members), members.index(rank)
-    model = _Net()
+    model = _Net().to(device())
     refuse_in_rank(ddp_references(), "parlab.dp.ddp.BucketedDDP (or PyTorch's "
                    "DistributedDataParallel)")
     log = CallLog()
