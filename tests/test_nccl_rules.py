@@ -5,7 +5,7 @@ with PARLAB_NCCL_RULES=1, naming both calls and the fix, while an even-ranks-sen
 and a batch_isend_irecv ring pass for several world sizes; a collective given a tensor off the
 rank's device fails at the call (the rank's device faked as another one); the backend chosen
 from PARLAB_BACKEND and PARLAB_GPUS; `uses_nccl` reads a device map; results come back on the
-CPU whatever device their tensors were on.
+CPU whatever device their tensors were on; ranks compute float32 without TF32.
 """
 
 from __future__ import annotations
@@ -188,3 +188,13 @@ def test_the_courses_rings_keep_ncclss_order(rules) -> None:
         check_ring_allreduce(ring, world_size=w, quiet=True)
         cpcheck.check_ring_forward(cp["ring_attention"], world_size=w, quiet=True)
         cpcheck.check_ring_backward(cp["ring_attention_backward"], world_size=w, quiet=True)
+
+
+def _numerics() -> tuple[bool, bool, str]:
+    return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            torch.get_float32_matmul_precision())
+
+
+def test_ranks_compute_float32_in_full_precision() -> None:
+    """TF32 off in every rank (cuDNN's default is on): a GPU rounds as the reference does."""
+    assert run(_numerics, 2) == [(False, False, "highest")] * 2
