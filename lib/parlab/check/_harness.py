@@ -17,6 +17,8 @@
   it returns is plain data.
 - `exercise(key, needs=...)`: record whether a check passed in this kernel; when it fails and
   a check it builds on failed earlier, say so first ("fix exercise 1 first").
+- In a rank: `env()` is (rank, world size, this rank's device: its GPU under NCCL, else the
+  CPU), and `cpu(x)` a result's tensor as it goes back to the kernel (detached, on the CPU).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from parlab.errors import CheckFailed, reference_message, refused
 __all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "TRUSTED_KEYS", "ranks", "run_checked",
            "call_learner",
            "refuse_in_rank", "not_reexport", "not_reference", "on_learner_side", "exercise",
-           "reset_outcomes"]
+           "reset_outcomes", "env", "cpu"]
 
 CHECK_TIMEOUT_S = 20.0  # launcher timeout of a graded check; nbgrader's cell timeout is 60 s
 SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "shape '[",
@@ -49,6 +51,21 @@ def _rank() -> int | None:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
+def env() -> tuple[int, int, Any]:
+    """In a rank: (rank, world size, this rank's device: its GPU under NCCL, else the CPU)."""
+    import torch.distributed as dist
+
+    return dist.get_rank(), dist.get_world_size(), launch.device()
+
+
+def cpu(x: Any) -> Any:
+    """A tensor of a rank's result as it goes back to the kernel: detached, a copy, on the CPU
+    (anything else as it is)."""
+    import torch
+
+    return x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x
 
 
 def call_learner(stage: str, fn: Callable[..., Any], *args: Any, hint: str | None = None,

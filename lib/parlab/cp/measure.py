@@ -38,7 +38,7 @@ from parlab.cp import ring as cp_ring
 from parlab.cp.blocks import block_attention, empty_partial, full_attention
 from parlab.cp.layout import LAYOUTS, position_table
 from parlab.cp.ring import ring_attention_forward
-from parlab.launch import device, run
+from parlab.launch import device, run, synchronize
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure  # pyplot is imported where it draws: ranks never do
@@ -63,6 +63,7 @@ class _TimedTransfer:
             return self.received
         start = time.perf_counter()
         self.received = self.real.wait()
+        synchronize()  # under NCCL wait() returns once queued; the transfer ends when it is done
         time.sleep(max(0.0, self.posted + self.link - time.perf_counter()))
         end = time.perf_counter() - self.origin
         self.events += [("transfer", self.posted - self.origin, end),
@@ -92,6 +93,7 @@ def _one_ring(kv: tuple[Tensor, Tensor], cost: float, link: float,
     origin = time.perf_counter()
     ring_attention_forward(q, k, v, pos, causal=False, overlap=overlap, attend=attend,
                            shift=shift)
+    synchronize()
     took = torch.tensor([time.perf_counter() - origin], dtype=torch.float64, device=k.device)
     dist.all_reduce(took, op=dist.ReduceOp.MAX)
     return float(took), events

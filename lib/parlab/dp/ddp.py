@@ -28,7 +28,8 @@ arrives for a bucket whose all-reduce has already started (a second backward out
 `no_sync()`) raises RuntimeError: the bucket left without it.
 
 Timing (`.stats`): `backward_s` is the time from the first hook to the last, `wait_s` the time
-`finish` spent blocked on transfers that backward did not hide, and `first_start` /
+`finish` spent blocked on transfers that backward did not hide (up to the moment the GPU has
+done them: under NCCL `wait()` returns once the wait is queued), and `first_start` /
 `backward_end` (perf_counter) show whether the first bucket left before backward was over.
 In a profiler trace (`parlab.timeline`) each start is a range "allreduce bucket k" and each
 wait in `finish` a range "wait bucket k".
@@ -46,6 +47,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.profiler import record_function
+
+from parlab.launch.devices import synchronize
 
 __all__ = ["BucketedDDP", "Bucket", "DDPStats", "make_buckets"]
 
@@ -189,6 +192,7 @@ class BucketedDDP:
                 mean = bucket.flat[offset:offset + n].view_as(p) / self.size
                 p.grad = mean if p.grad is None else p.grad.copy_(mean)
                 offset += n
+        synchronize()  # under NCCL wait() only queues the wait: the clock stops when it is done
         self.stats.wait_s = time.perf_counter() - waited
         stats, self.stats = self.stats, DDPStats()
         self._reset()

@@ -14,11 +14,11 @@
   stops the run early when the hang is certain.
 """
 
-from parlab.launch.devices import device, pick_backend, uses_nccl
+from parlab.launch.devices import device, pick_backend, synchronize, uses_nccl
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, NcclRuleBroken, RankError
 from parlab.launch.runner import run
 
 __all__ = [
-    "run", "device", "pick_backend", "uses_nccl", "RankError", "CollectiveMismatch",
+    "run", "device", "pick_backend", "uses_nccl", "synchronize", "RankError", "CollectiveMismatch",
     "CollectiveTimeout", "NcclRuleBroken",
 ]

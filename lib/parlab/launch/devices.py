@@ -13,6 +13,8 @@
   ranks may use (a shared box: rank r gets the r-th of them).
 - `uses_nccl(group=None)`: whether a group runs NCCL for CUDA tensors. Compare backends only
   through it: with a device map `dist.get_backend()` is "cpu:gloo,cuda:nccl", not "nccl".
+- `synchronize()`: wait until this rank's device has done what was queued on it. A host
+  clock read after a NCCL call's `wait()` otherwise stops when the work was queued, not done.
 - `pin_numerics()`: TF32 off and float32 matmuls at full precision, so that a GPU computes
   what the single-device reference computes (ranks and checks call it).
 """
@@ -25,7 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "pin_numerics", "DEVICE_MAP"]
+__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "pin_numerics", "synchronize",
+           "DEVICE_MAP"]
 DEVICE_MAP = "cpu:gloo,cuda:nccl"
 BACKENDS = ("gloo", "nccl")
 
@@ -48,9 +51,14 @@ def gpus() -> list[int]:
     return chosen
 
 
+def asked_backend(backend: str | None = None) -> str | None:
+    """The backend a run was asked for: the call's, else PARLAB_BACKEND's, else None."""
+    return (backend or os.environ.get("PARLAB_BACKEND", "")).strip().lower() or None
+
+
 def pick_backend(world_size: int, backend: str | None = None) -> str:
     """The backend a run of `world_size` ranks starts (see the module doc)."""
-    backend = backend or os.environ.get("PARLAB_BACKEND", "").strip().lower() or None
+    backend = asked_backend(backend)
     if backend is not None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'gloo', 'nccl' or None, not {backend!r} (from "
@@ -78,6 +86,14 @@ def device() -> torch.device:
     if local is not None and torch.cuda.current_device() != int(local):
         torch.cuda.set_device(int(local))
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def synchronize() -> None:
+    """Block until this rank's GPU has finished its queued work (nothing to do on the CPU):
+    call it before reading a clock that times GPU work or a NCCL call."""
+    here = device()
+    if here.type == "cuda":
+        torch.cuda.synchronize(here)
 
 
 def pin_numerics() -> None:

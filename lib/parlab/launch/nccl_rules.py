@@ -20,6 +20,7 @@ gloo on a GPU box.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -58,10 +59,7 @@ class Call:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def describe(self) -> str:
         file, line, name = self.where

@@ -98,8 +98,8 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
         os.environ.setdefault("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
         dist.set_debug_level_from_env()
         devices.pin_numerics()
-        if "nccl" in backend:
-            torch.cuda.set_device(gpu if gpu is not None else rank)
+        if gpu is not None:  # the runner gives every rank a GPU under NCCL
+            torch.cuda.set_device(gpu)
             os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
         store = dist.FileStore(store_path, world_size)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,

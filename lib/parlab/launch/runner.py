@@ -133,8 +133,8 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     `trace="run.json"` profiles every rank (parlab.timeline) and writes one merged Chrome
     trace there, one process row per rank, when the run succeeds."""
     _check_args(fn, world_size, timeout)
-    asked = (backend or os.environ.get("PARLAB_BACKEND", "")).strip().lower()
-    rules = nccl_rules.enabled() and asked != "gloo"  # gloo asked for stays gloo on a GPU box
+    # gloo asked for stays gloo on a GPU box: NCCL's rules do not apply to it
+    rules = nccl_rules.enabled() and devices.asked_backend(backend) != "gloo"
     backend = pick_backend(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()

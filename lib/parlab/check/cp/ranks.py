@@ -21,15 +21,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from parlab.check._compare import assert_unchanged, fail
-from parlab.check._harness import call_learner
+from parlab.check._harness import call_learner, cpu, env
 from parlab.check.cp.common import INPUTS, NEIGHBOURS, P2P_ONLY, RingCase
 from parlab.cp import ring
-from parlab.launch import device
 
 __all__ = ["env", "cpu", "Recorder", "overlap", "check_protocol", "check_unchanged", "call_ring",
            "REFUSED", "RING_REFUSED", "SHAPES"]
@@ -42,16 +40,6 @@ _COMPUTE = ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbm
             "einsum", "dot", "scaled_dot_product_attention")
 BUFFER = ("receive into a buffer made like the tensor that is sent: torch.empty_like(k) "
           "(torch.empty(shape) is float32 whatever k's dtype)")
-
-
-def env() -> tuple[int, int, torch.device]:
-    import torch.distributed as dist
-
-    return dist.get_rank(), dist.get_world_size(), device()
-
-
-def cpu(x: Any) -> Any:
-    return x.detach().cpu().clone() if isinstance(x, Tensor) else x
 
 
 def check_unchanged(before: dict[str, Tensor], after: dict[str, Tensor], *, where: str,

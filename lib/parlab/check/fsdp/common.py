@@ -15,9 +15,8 @@ from typing import Any
 import torch
 
 from parlab.check._compare import fail
-from parlab.check._harness import call_learner, not_reexport, refuse_in_rank
+from parlab.check._harness import call_learner, cpu, env, not_reexport, refuse_in_rank
 from parlab.errors import reference_message
-from parlab.launch import device
 
 __all__ = ["DP_WHAT", "PLAN_WHAT", "COSTS_WHAT", "ALL_REDUCE", "KIND", "dp_references",
            "plan_references", "cost_references", "not_the_course", "not_fsdp",
@@ -81,17 +80,6 @@ def call(stage: str, fn: Callable[..., Any], *args: Any, refs: Sequence[Any], wh
          hint: str | None = None) -> Any:
     """The learner's code, with `refs` refused (message: `what`) while it runs."""
     return call_learner(stage, fn, *args, hint=hint, refuse=refs, refusal=what)
-
-
-def env() -> tuple[int, int, torch.device]:
-    """(rank, world size, this rank's device: its GPU under NCCL, else the CPU)."""
-    import torch.distributed as dist
-
-    return dist.get_rank(), dist.get_world_size(), device()
-
-
-def cpu(x: Any) -> Any:
-    return x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x
 
 
 def close(got: Any, ref: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> bool:

@@ -22,9 +22,8 @@ from typing import Any, TypeVar
 import torch
 
 from parlab.check._compare import assert_owns_only, assert_unchanged, fail, randomize_parameters
-from parlab.check._harness import call_learner, refuse_in_rank
+from parlab.check._harness import call_learner, cpu, env, refuse_in_rank
 from parlab.check.tp.hints import IN_PLACE, LINEAR_LAYOUT, OWN_COPY, REPLICATED
-from parlab.launch import device
 
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}
 # float32: the randomised layers' values are of order 10, and summing up to 192 products in
@@ -41,12 +40,6 @@ M = TypeVar("M", bound=torch.nn.Module)
 
 
 # --- in the ranks ------------------------------------------------------------------------------
-
-def env() -> tuple[int, int, torch.device]:
-    import torch.distributed as dist
-
-    return dist.get_rank(), dist.get_world_size(), device()
-
 
 def guard() -> None:
     """Refuse parlab's reference TP code in this rank (aliases, wrappers and subclasses too)."""
@@ -71,10 +64,6 @@ def traced(stage: str, fn: Callable[..., Any], *args: Any, shape_hint: str = LIN
         out = call_learner(stage, fn, *args, hint=hint, shape_hint=shape_hint)
     names = rename or {}
     return out, [(names.get(e.kind, e.kind), tuple(e.shape), e.wire_bytes) for e in tr.events]
-
-
-def cpu(x: Any) -> Any:
-    return x.detach().cpu().clone() if isinstance(x, torch.Tensor) else x
 
 
 def param(module: Any, path: str, rank: int) -> torch.Tensor:
