@@ -35,13 +35,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
 
-@pytest.fixture(autouse=True)
-def _nccl_rules(monkeypatch):
-    """Every run here checks NCCL's rules on gloo (parlab.launch.nccl_rules): the rings keep
-    the order NCCL needs."""
-    monkeypatch.setenv("PARLAB_NCCL_RULES", "1")
-
-
 # --- ring all-reduces: one right, several wrong ----------------------------------------------
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int) -> None:

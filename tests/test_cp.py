@@ -32,12 +32,6 @@ from parlab.launch import run
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
-
-@pytest.fixture(autouse=True)
-def _nccl_rules(monkeypatch):
-    """Every run here checks NCCL's rules on gloo (parlab.launch.nccl_rules): the rings keep
-    the order NCCL needs."""
-    monkeypatch.setenv("PARLAB_NCCL_RULES", "1")
 F64 = {"rtol": 1e-10, "atol": 1e-12}
 LAYOUTS = ("contiguous", "striped", "zigzag")
 

@@ -8,14 +8,6 @@ import pytest
 
 from parlab.cp.trace import MODES, TRANSFERS, trace_ring
 
-
-@pytest.fixture(autouse=True)
-def _nccl_rules(monkeypatch):
-    """Every run here checks NCCL's rules on gloo (parlab.launch.nccl_rules): the rings keep
-    the order NCCL needs."""
-    monkeypatch.setenv("PARLAB_NCCL_RULES", "1")
-
-
 W = 3
 
 

@@ -20,9 +20,10 @@ def ring_allreduce(x):
 
     def exchange(send_index, recv_index):
         incoming = torch.empty_like(chunks[recv_index])
-        reqs = [dist.irecv(incoming, src=left),
-                dist.isend(chunks[send_index].contiguous(), dst=right)]
-        for req in reqs:
+        send = (dist.isend, chunks[send_index].contiguous(), right)
+        recv = (dist.irecv, incoming, left)
+        posts = (send, recv) if rank % 2 == 0 else (recv, send)  # even ranks send first
+        for req in [post(buf, peer) for post, buf, peer in posts]:
             req.wait()
         return incoming
 

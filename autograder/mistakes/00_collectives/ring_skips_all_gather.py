@@ -20,9 +20,10 @@ def ring_allreduce(x):
     for s in range(t - 1):
         recv_index = (rank - s - 1) % t
         incoming = torch.empty_like(chunks[recv_index])
-        reqs = [dist.irecv(incoming, src=left),
-                dist.isend(chunks[(rank - s) % t].contiguous(), dst=right)]
-        for req in reqs:
+        send = (dist.isend, chunks[(rank - s) % t].contiguous(), right)
+        recv = (dist.irecv, incoming, left)
+        posts = (send, recv) if rank % 2 == 0 else (recv, send)  # even ranks send first
+        for req in [post(buf, peer) for post, buf, peer in posts]:
             req.wait()
         chunks[recv_index].add_(incoming)
     return out  # wrong: the all-gather phase is missing

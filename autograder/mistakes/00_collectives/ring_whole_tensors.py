@@ -17,9 +17,10 @@ def ring_allreduce(x):
     total, travelling = x.clone(), x.clone()
     for _ in range(t - 1):
         incoming = torch.empty_like(travelling)
-        reqs = [dist.irecv(incoming, src=(rank - 1) % t),
-                dist.isend(travelling, dst=(rank + 1) % t)]  # wrong: all n bytes
-        for req in reqs:
+        send = (dist.isend, travelling, (rank + 1) % t)  # wrong: all n bytes
+        recv = (dist.irecv, incoming, (rank - 1) % t)
+        posts = (send, recv) if rank % 2 == 0 else (recv, send)  # even ranks send first
+        for req in [post(buf, peer) for post, buf, peer in posts]:
             req.wait()
         total += incoming
         travelling = incoming

@@ -21,8 +21,10 @@ def ring_attention_backward(q, k, v, out, lse, dout, pos, *, causal):
         src = (rank - step) % W
         if step < W - 1:
             k_next, v_next = torch.empty_like(k), torch.empty_like(v)
-            pending = [dist.irecv(k_next, src=left), dist.irecv(v_next, src=left),
-                       dist.isend(k, dst=right), dist.isend(v, dst=right)]
+            sends = [(dist.isend, k, right), (dist.isend, v, right)]
+            recvs = [(dist.irecv, k_next, left), (dist.irecv, v_next, left)]
+            posts = sends + recvs if rank % 2 == 0 else recvs + sends  # NCCL's order at W = 2
+            pending = [post(t, peer) for post, t, peer in posts]
         dq_b, dk_b, dv_b = block_attention_backward(  # noqa: F821
             q, k, v, out, lse, dout, pos[rank], pos[src], causal=causal)
         dq, dk, dv = dq + dq_b, dk + dk_b, dv + dv_b  # wrong: block src's terms kept here

@@ -21,9 +21,10 @@ def ring_attention(q, k, v, pos, *, causal):
     for step in range(W):
         if step < W - 1:
             k_next, v_next = torch.empty_like(k), torch.empty_like(v)
-            pending = [dist.irecv(k_next, src=(rank - 1) % W),
-                       dist.irecv(v_next, src=(rank - 1) % W),
-                       dist.isend(k, dst=(rank + 1) % W), dist.isend(v, dst=(rank + 1) % W)]
+            sends = [(dist.isend, k, (rank + 1) % W), (dist.isend, v, (rank + 1) % W)]
+            recvs = [(dist.irecv, k_next, (rank - 1) % W), (dist.irecv, v_next, (rank - 1) % W)]
+            posts = sends + recvs if rank % 2 == 0 else recvs + sends  # NCCL's order at W = 2
+            pending = [post(t, peer) for post, t, peer in posts]
         part = block_attention(q, k, v, pos[rank], pos[rank],  # noqa: F821 - wrong: pos[src]
                                causal=causal)
         out, lse = merge(out, lse, *part)  # noqa: F821

@@ -20,9 +20,10 @@ def ring_attention(q, k, v, pos, *, causal):
     for step in range(W):
         if step > 0:  # wrong: the transfer is waited for, nothing computes meanwhile
             k_next, v_next = torch.empty_like(k), torch.empty_like(v)
-            pending = [dist.irecv(k_next, src=(rank - 1) % W),
-                       dist.irecv(v_next, src=(rank - 1) % W),
-                       dist.isend(k, dst=(rank + 1) % W), dist.isend(v, dst=(rank + 1) % W)]
+            sends = [(dist.isend, k, (rank + 1) % W), (dist.isend, v, (rank + 1) % W)]
+            recvs = [(dist.irecv, k_next, (rank - 1) % W), (dist.irecv, v_next, (rank - 1) % W)]
+            posts = sends + recvs if rank % 2 == 0 else recvs + sends  # NCCL's order at W = 2
+            pending = [post(t, peer) for post, t, peer in posts]
             for p in pending:
                 p.wait()
             k, v = k_next, v_next
