@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from grading_runs import FAULT_MODULE, FAULTS_DIR, NO_SANDBOX, _submit, full_answers
+from grading_runs import FIXTURES_DIR, NO_SANDBOX, _submit, full_answers
 
 from parlab.grading import REPO_ROOT, ResilientExecute, generate_release, kernels
 from parlab.grading.sandbox import problem
@@ -169,12 +169,18 @@ def _cli(root, *args, env=None) -> subprocess.CompletedProcess:
                           env=dict(os.environ, **(env or {})))
 
 
+SMOKE = "nbgrader_smoke"
+
+
 def test_without_a_sandbox_autograde_refuses_and_unsafe_is_recorded(tmp_path) -> None:
-    root = tmp_path / "course"
+    root, module = tmp_path / "course", SMOKE  # a module of seconds: it is graded twice
     (root / "solutions").mkdir(parents=True)
-    shutil.copytree(FAULTS_DIR / FAULT_MODULE, root / "solutions" / FAULT_MODULE)
-    generate_release(FAULT_MODULE, root=root)
-    _submit(root, "alice", FAULT_MODULE, full_answers(root, FAULT_MODULE))
+    shutil.copytree(FIXTURES_DIR / module, root / "solutions" / module)
+    generate_release(module, root=root)
+    _submit(root, "alice", module, full_answers(root, module))
+    source = nbformat.read(str(root / "solutions" / module / f"{module}.ipynb"), as_version=4)
+    full_marks = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in source.cells
+                     if c.metadata.get("nbgrader", {}).get("grade"))
     missing = {"PARLAB_BWRAP": str(tmp_path / "no-bwrap")}
     refused = _cli(root, "autograde", env=missing)
     assert refused.returncode == 2 and "bubblewrap" in refused.stderr, refused
@@ -182,12 +188,12 @@ def test_without_a_sandbox_autograde_refuses_and_unsafe_is_recorded(tmp_path) ->
     graded = _cli(root, "autograde", "--unsafe", env=missing)
     assert graded.returncode == 0 and "WITHOUT the sandbox" in graded.stdout, graded
     record = json.loads((root / "autograded" / ".parlab" / "record.json").read_text())
-    assert record[f"{FAULT_MODULE}/alice"]["sandbox"] is False
-    assert record[f"{FAULT_MODULE}/alice"]["result"]["score"] == 4.0
+    assert record[f"{module}/alice"]["sandbox"] is False
+    assert record[f"{module}/alice"]["result"]["score"] == full_marks > 0
     exported = _cli(root, "export")
     assert "WITHOUT the sandbox" in exported.stdout and "alice" in exported.stdout, exported
     regraded = _cli(root, "autograde")  # a sandbox here: graded again, in it
     assert regraded.returncode == 0, regraded
     record = json.loads((root / "autograded" / ".parlab" / "record.json").read_text())
-    assert record[f"{FAULT_MODULE}/alice"]["sandbox"] is True
+    assert record[f"{module}/alice"]["sandbox"] is True
     assert "WITHOUT" not in _cli(root, "export").stdout

@@ -39,9 +39,9 @@ from parlab.grading.cells import grade_id, is_answer_cell, is_graded_cell
 from parlab.grading.config import config_value
 from parlab.grading.kernels import kernel_manager
 from parlab.grading.sandbox import Limits, problem
-from parlab.grading.verify import verify
 from parlab.grading.verify.remote import Host
 from parlab.grading.verify.source import graded_cells, learner_source, released_source
+from parlab.grading.verify.verifier import verify
 from parlab.sandboxed import wire
 from parlab.sandboxed.host import run_source
 

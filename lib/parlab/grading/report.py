@@ -17,7 +17,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matplotlib.figure import Figure
 from nbgrader.api import Gradebook, MissingEntry
 
 from parlab.grading.record import class_results
@@ -94,6 +93,8 @@ def summary(reports: list[ModuleReport]) -> str:
 
 
 def _histogram(rep: ModuleReport) -> str:
+    from matplotlib.figure import Figure  # here: the grader's other commands never draw
+
     fig = Figure(figsize=(5, 2.6), dpi=90)  # no pyplot: no GUI backend, no global state
     ax = fig.subplots()
     top = max(rep.max_score, max(rep.scores, default=0.0))

@@ -13,10 +13,12 @@ recorded, for the autograde output and `make report`.
 - `source`: what of a notebook runs where, read as source text;
 - `remote`: the sandboxed host, and the stand-ins for `parlab.launch.run` and the learner's
   names while the tests run;
+- `verdict`: `Verdict`, the verifier's word on one test (plain data);
 - `verifier`: `verify`, a `Verdict` per graded test;
 - `apply`: the verdicts written into the graded notebook.
 """
 
-from parlab.grading.verify.verifier import Verdict, verify
+from parlab.grading.verify.verdict import Verdict
 
-__all__ = ["Verdict", "verify"]
+__all__ = ["Verdict"]  # `verify` is in .verifier: it imports torch and the checks, which the
+# grader's other commands (release, export, feedback) never need

@@ -28,7 +28,7 @@ from traitlets.config import LoggingConfigurable
 
 from parlab.grading.cells import META, error_output, grade_id, has_error, is_graded_cell
 from parlab.grading.verify.source import graded_cells, split_hidden
-from parlab.grading.verify.verifier import NOT_RUN, Verdict, verify
+from parlab.grading.verify.verdict import NOT_RUN, Verdict
 
 __all__ = ["apply", "disagreement", "NOT_NEEDED", "verify_notebook", "source_notebook",
            "VerifyOptions", "VERIFIER_ENAME"]
@@ -123,6 +123,8 @@ def verify_notebook(nb: Any, resources: dict, *, config: Any, manager_class: typ
         cwd = resources.get("metadata", {}).get("path") or os.getcwd()
         failed = {str(grade_id(c)) for c in nb.cells if c.cell_type == "code"
                   and is_graded_cell(c) and has_error(c)}
+        from parlab.grading.verify.verifier import verify  # torch and the checks: only here
+
         verdicts = verify(nb, nbformat.read(str(source), as_version=4), cwd=cwd,
                           manager_class=manager_class, cache=_TRUSTED_RUNS, settled=failed)
     record = apply(nb, verdicts, withheld=bool(withheld))

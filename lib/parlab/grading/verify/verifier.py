@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 
 from parlab.check._harness import reset_outcomes
@@ -35,22 +34,11 @@ from parlab.grading.verify.source import (
     released_source,
     split_hidden,
 )
+from parlab.grading.verify.verdict import NOT_RUN, Verdict
 from parlab.sandboxed import wire
 from parlab.sandboxed.host import run_source
 
 __all__ = ["NOT_RUN", "Verdict", "verify"]
-NOT_RUN = "not run again: it failed in the notebook, so it scores 0 either way"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The verifier's word on one graded test."""
-
-    grade_id: str
-    passed: bool | None  # None: not verified (the verifier could not run)
-    message: str = ""  # why it failed (what the learner reads), or why it was not verified
-    visible: bool | None = None  # its visible part alone passed (what a notebook that runs
-    # only the visible tests can be compared with)
 
 
 def _summary(exc: BaseException) -> str:
