@@ -9,10 +9,14 @@
    tensor and data parallelism follow, for each link, at the measured peak.
 2. Two GPUs or more: each module's solution notebook (solutions/*/*.ipynb, hidden tests
    included) runs in a fresh kernel as the autograder runs it (`parlab.grading.
-   execute_notebook`, in a temporary copy of its folder); `parlab.launch.run` then picks NCCL
-   for every run of at most as many ranks as GPUs. Pass means no cell raised. Each notebook
-   gets at most NOTEBOOK_S seconds and the whole check `--budget` seconds: a notebook still
-   running is killed with everything it started, and what the budget cannot reach is skipped.
+   execute_notebook`, in a temporary copy of its folder) with NCCL's rules on
+   (PARLAB_NCCL_RULES=1); `parlab.launch.run` then picks NCCL for every run of at most as many
+   ranks as GPUs. Then the capstone (scripts/capstone.py, DP 2 × TP 2) and module 08's
+   scripts/train.py (TP 2 × PP 2 × DP, SP) under torchrun, both with --check against one
+   device. Pass means no cell raised (a script: exit 0). Each gets at most NOTEBOOK_S seconds
+   and the whole check `--budget` seconds: one still running is killed with everything it
+   started, and what the budget cannot reach is SKIPPED (which counts as not passed). With one
+   GPU these rows are SKIPPED with the reason: ranks sharing one GPU over gloo are not built.
 3. One profiler trace per module (`trace_part`): a small job of that module's parallelism
    (module 00's collectives; one training step of `parlab.compose` laid out as that module
    splits the model: DP, TP, TP+SP, PP, CP, EP, then DP × PP × TP) run through
@@ -20,7 +24,8 @@
    kernels and copies beside the CPU ranges (`parlab.timeline.profiled(cuda=True)`). Each
    lands in artifacts/traces/<module>.json, for Perfetto; its row counts the ranks' rows, the
    ranges and the CUDA kernels. With one GPU only a one-rank step is traced.
-4. One summary table (markdown), printed and written to artifacts/gpu_check.md.
+4. One summary table (markdown), printed and written to artifacts/gpu_check.md, then one
+   line per module: passed, FAILED with its first error, or SKIPPED with why.
 
 On a machine without CUDA it says what it needs and exits 0. Otherwise the exit status is 1
 when a notebook failed or was skipped for time, else 0.
@@ -53,6 +58,7 @@ from parlab.costs.roofline import (
     copy_bytes,
     link_rows,
     matmul_flops,
+    module_verdicts,
     roofline_rows,
     summary_table,
     timing_row,
@@ -153,35 +159,63 @@ def roofline_part(gpus: int) -> list:
     return rows + link_rows(peak, links)
 
 
-def run_notebook(path: Path, limit: float) -> tuple[str, float, str]:
-    """Execute one notebook in a child process, in a temporary copy of its folder, within
-    `limit` seconds: (verdict, seconds, detail). Everything it started carries KILL_ENV."""
+def run_job(cmd: list[str], limit: float, **env: str) -> tuple[object, float, str]:
+    """Run `cmd` from the repository root within `limit` seconds, then kill what it left:
+    (its CompletedProcess, or None when it ran out of time, seconds, a FAIL line or "")."""
     token = uuid.uuid4().hex
-    work = Path(tempfile.mkdtemp(prefix="parlab-gpu-check-"))
-    shutil.copytree(path.parent, work, dirs_exist_ok=True)
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", RUN_NOTEBOOK, str(work / path.name), str(CELL_S)],
-            capture_output=True, text=True, timeout=limit, cwd=ROOT,
-            env=dict(os.environ, **{KILL_ENV: token}))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=ROOT,
+                              env=dict(os.environ, **env, **{KILL_ENV: token}))
     except subprocess.TimeoutExpired:
-        return "FAIL", time.perf_counter() - start, f"still running after {limit:.0f} s"
+        return None, time.perf_counter() - start, f"still running after {limit:.0f} s"
     finally:
         kill_kernel_tree(None, f"{KILL_ENV}={token}")
+    failed = f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}" if proc.returncode else ""
+    return proc, time.perf_counter() - start, failed
+
+
+def run_notebook(path: Path, limit: float) -> tuple[str, float, str]:
+    """Execute one notebook in a child process, in a temporary copy of its folder, with
+    NCCL's rules on: (verdict, seconds, detail)."""
+    work = Path(tempfile.mkdtemp(prefix="parlab-gpu-check-"))
+    shutil.copytree(path.parent, work, dirs_exist_ok=True)
+    try:
+        proc, seconds, failed = run_job(
+            [sys.executable, "-c", RUN_NOTEBOOK, str(work / path.name), str(CELL_S)], limit,
+            PARLAB_NCCL_RULES="1")
+    finally:
         shutil.rmtree(work, ignore_errors=True)
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        return "FAIL", seconds, f"could not run: {proc.stderr.strip()[-300:]}"
-    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    if failed or proc is None:
+        return "FAIL", seconds, failed
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[attr-defined]
     return ("FAIL" if errors else "pass"), seconds, "; ".join(errors)
 
 
+SCRIPTS = {  # part 2's torchrun jobs: (module, ranks, script and its arguments)
+    "capstone": ("07_composition", 4, ["scripts/capstone.py", "--dp", "2", "--tp", "2",
+                                       "--steps", "10", "--check"]),
+    "train.py": ("08_the_whole_machine", 8, [
+        "scripts/train.py", "--tensor-model-parallel-size", "2",
+        "--pipeline-model-parallel-size", "2", "--sequence-parallel", "--micro-batch-size", "2",
+        "--global-batch-size", "8", "--train-iters", "10", "--check"]),
+}
+
+
+def run_script(ranks: int, args: list[str], limit: float) -> tuple[str, float, str]:
+    """torchrun a script on `ranks` local processes (NCCL's rules on), within `limit` s."""
+    _, seconds, failed = run_job([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  f"--nproc-per-node={ranks}", *args], limit,
+                                 PARLAB_NCCL_RULES="1")
+    return ("FAIL" if failed else "pass"), seconds, failed
+
+
 def notebook_part(gpus: int, deadline: float) -> list:
-    """Rows of part 2: one per module notebook, NCCL for runs of at most `gpus` ranks."""
+    """Rows of part 2: one per module notebook, NCCL (and its rules) for runs of at most
+    `gpus` ranks; then the capstone and train.py under torchrun where there are GPUs enough."""
     if gpus < 2:
-        return [("notebooks", "all modules", "skipped: NCCL needs two GPUs, this box has one",
-                 "")]
+        why = "SKIPPED: one GPU; ranks sharing it over gloo are not built yet"
+        return [("notebooks", m, why, "") for m in list_modules(SOLUTIONS_DIR)]
     rows = []
     for module in list_modules(SOLUTIONS_DIR):
         left = deadline - time.monotonic()
@@ -191,6 +225,15 @@ def notebook_part(gpus: int, deadline: float) -> list:
         verdict, seconds, detail = run_notebook(SOLUTIONS_DIR / module / f"{module}.ipynb",
                                                 min(NOTEBOOK_S, left))
         rows.append(("notebooks", module, f"{verdict} {detail}".strip(), f"{seconds:.1f}"))
+    for name, (module, ranks, args) in SCRIPTS.items():
+        left = deadline - time.monotonic()
+        if ranks > gpus or left < 10:
+            why = f"{ranks} GPUs needed, {gpus} here" if ranks > gpus else "out of time budget"
+            rows.append(("scripts", f"{module} ({name})", f"SKIPPED: {why}", ""))
+            continue
+        verdict, seconds, detail = run_script(ranks, args, min(NOTEBOOK_S, left))
+        rows.append(("scripts", f"{module} ({name})", f"{verdict} {detail}".strip(),
+                     f"{seconds:.1f}"))
     return rows
 
 
@@ -291,7 +334,7 @@ def main() -> int:
              f"torch {torch.__version__}, CUDA {torch.version.cuda}", "")]
     rows += roofline_part(gpus) + notebook_part(gpus, deadline)
     rows += trace_part(gpus, ROOT / "artifacts" / "traces", deadline)
-    table = summary_table(rows)
+    table = summary_table(rows) + "\n\n" + module_verdicts(rows, list_modules(SOLUTIONS_DIR))
     print(table)
     out = ROOT / "artifacts" / "gpu_check.md"
     out.parent.mkdir(parents=True, exist_ok=True)

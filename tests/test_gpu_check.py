@@ -17,6 +17,7 @@ from parlab.costs.roofline import (
     format_rate,
     link_rows,
     matmul_flops,
+    module_verdicts,
     roofline_rows,
     summary_table,
 )
@@ -76,6 +77,33 @@ def test_summary_table_is_markdown():
     text = summary_table([("notebooks", "00_collectives", "pass", "12.3")])
     assert text.splitlines() == ["| part | item | result | s |", "|---|---|---|---|",
                                  "| notebooks | 00_collectives | pass | 12.3 |"]
+
+
+def test_one_verdict_per_module_skipped_is_not_passed():
+    rows = [("notebooks", "00_collectives", "pass", "12.3"),
+            ("traces", "00_collectives", "FAIL: RuntimeError: NCCL error", "1.0"),
+            ("notebooks", "01_memory_and_sharding", "pass", "5.0"),
+            ("notebooks", "07_composition", "pass", "50.0"),
+            ("scripts", "07_composition (capstone)", "SKIPPED: 4 GPUs needed, 2 here", ""),
+            ("traces", "one GPU", "pass", "2.0")]
+    modules = ["00_collectives", "01_memory_and_sharding", "07_composition", "09_checkpoints"]
+    lines = module_verdicts(rows, modules).splitlines()
+    assert lines[2:] == [
+        "| 00_collectives | FAILED: RuntimeError: NCCL error |",
+        "| 01_memory_and_sharding | passed |",
+        "| 07_composition | SKIPPED: 4 GPUs needed, 2 here |",
+        "| 09_checkpoints | SKIPPED: not reached |"], lines
+
+
+def test_part_two_checks_both_scripts_and_skips_every_module_on_one_gpu():
+    """What the check runs, read from its plan (no GPU needed): the capstone on 4 ranks and
+    train.py on 8, each with --check against one device; with one GPU every module is
+    SKIPPED with the reason, never counted as passed."""
+    check = load_script()
+    assert {name: (ranks, "--check" in args) for name, (_, ranks, args) in
+            check.SCRIPTS.items()} == {"capstone": (4, True), "train.py": (8, True)}
+    rows = check.notebook_part(1, deadline=0.0)
+    assert rows and all(r[2].startswith("SKIPPED: one GPU") for r in rows), rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the real check")

@@ -59,6 +59,8 @@ __all__ = ["TOLERANCE", "check_plan", "shard_model", "local_batch", "sync_gradie
 # instead of averaging gradients does NOT show in the loss: Adam divides each gradient by its
 # own running size, so 2x the gradient is nearly the same step (1.2e-5 after 100 steps); the
 # gradients themselves are off by 100% (tests/test_capstone.py checks them too).
+# On a GPU: TF32 is off in the ranks (launch.devices.pin_numerics), so only summation order
+# differs, as on the CPU (parlab.compose.train.TOLERANCE says more).
 TOLERANCE = 1e-4
 
 

@@ -3,6 +3,13 @@
 Every helper raises `CheckFailed` (see `parlab.errors`) naming the rank, the tensor, expected
 against got, and, when given, the likely mistake. Tolerances: float32 results that only differ
 in summation order agree to about 1e-6 relative; the default is `rtol=1e-5, atol=1e-6`.
+
+On a GPU the same tolerances hold: ranks and references run with TF32 off
+(`parlab.launch.devices.pin_numerics`; with it a float32 product keeps 10 bits of mantissa,
+~5e-4 relative, and every float32 check would fail), and what is left is the order of
+additions (cuBLAS's split of a matmul's sums, NCCL's order in a ring), ~1e-7 relative per
+rounding as on the CPU. float64 checks (rtol=1e-10) allow for the same reorderings at
+float64's ~1e-16.
 """
 
 from __future__ import annotations

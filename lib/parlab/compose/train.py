@@ -74,7 +74,14 @@ gap is 1.4e-6 (TP2 × CP2 with SP), 2.9e-6 when run for 6 steps; the tolerance i
 the latter. The planted bugs at their first wrong step: SP without the RMSNorm-gradient sum
 7.1e-5 (step 1, 3.5x above), DP without its gradient sync 1.6e-2 (step 1), the stages in
 the wrong order 6.9e-3 (step 0). A gradient off by a constant factor (summed instead of
-averaged) hardly moves Adam's steps: the tests compare step 0's gradients too."""
+averaged) hardly moves Adam's steps: the tests compare step 0's gradients too.
+
+On a GPU: the ranks switch TF32 off (`parlab.launch.devices.pin_numerics`; TF32 keeps 10 bits
+of mantissa, ~5e-4 relative per product, far above this tolerance), so float32 stays
+float32. What remains is the order of additions, which changes there too (cuBLAS picks its
+own split of a matmul's sums, NCCL adds a ring's chunks in its own order): the same ~1e-7
+per rounding as on the CPU. These gaps were measured on CPU only; `make gpu-check` runs the
+module-08 notebook, whose check holds every grid to this tolerance, under NCCL."""
 
 CHECKED_STEPS = 40
 """Steps within which TOLERANCE holds (see above); later steps drift further apart."""

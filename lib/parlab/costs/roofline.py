@@ -28,6 +28,7 @@ from parlab.costs.closed_forms import (
 )
 
 __all__ = ["Timing", "matmul_flops", "copy_bytes", "format_rate", "timing_row", "roofline_rows",
+           "module_verdicts",
            "link_rows", "summary_table", "TP_HIDDEN", "DP_TOKENS"]
 
 TP_HIDDEN = 8192  # module 00's hidden size
@@ -105,3 +106,20 @@ def summary_table(rows: list[Row]) -> str:
     lines = ["| part | item | result | s |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def module_verdicts(rows: list[Row], modules: list[str]) -> str:
+    """One line per module over every part of the check (rows whose item starts with the
+    module's name): passed, FAILED with its first error, or SKIPPED with why."""
+    verdicts: dict[str, str] = {}
+    for _, item, result, _ in rows:
+        module = str(item).split(" ")[0]
+        if module not in modules:
+            continue
+        now = verdicts.setdefault(module, "passed")
+        if result.startswith("FAIL") and not now.startswith("FAILED"):
+            verdicts[module] = "FAILED: " + result.removeprefix("FAIL").strip(" :")[:160]
+        elif result.startswith("SKIPPED") and now == "passed":
+            verdicts[module] = "SKIPPED: " + result.removeprefix("SKIPPED").strip(" :")
+    return "\n".join(["| module | verdict |", "|---|---|"]
+                     + [f"| {m} | {verdicts.get(m, 'SKIPPED: not reached')} |" for m in modules])
