@@ -10,6 +10,7 @@ CPU whatever device their tensors were on; ranks compute float32 without TF32.
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -198,3 +199,20 @@ def _numerics() -> tuple[bool, bool, str]:
 def test_ranks_compute_float32_in_full_precision() -> None:
     """TF32 off in every rank (cuDNN's default is on): a GPU rounds as the reference does."""
     assert run(_numerics, 2) == [(False, False, "highest")] * 2
+
+
+def test_a_rank_on_a_gpu_blocks_in_ncclss_waits(monkeypatch) -> None:
+    """Blocking waits make a NCCL deadlock look like gloo's to the hang diagnosis: the rank
+    sits inside its call until the launcher's timeout (faked GPU: no CUDA needed)."""
+    from parlab.launch import rank as rank_module
+
+    placed: list[int] = []
+    monkeypatch.setattr(torch.cuda, "set_device", placed.append)
+    monkeypatch.setattr(devices, "_placed", [None])  # this process is no rank: restored after
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()
+                                        if k != "TORCH_NCCL_BLOCKING_WAIT"})  # a copy
+    rank_module.take_gpu(None, nccl=True)
+    assert placed == [] and "TORCH_NCCL_BLOCKING_WAIT" not in os.environ
+    rank_module.take_gpu(3, nccl=True)
+    assert placed == [3], f"the rank's device was set to {placed}, not GPU 3"
+    assert os.environ.get("TORCH_NCCL_BLOCKING_WAIT") == "1", "NCCL's waits do not block"

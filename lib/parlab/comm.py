@@ -37,6 +37,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from parlab.comm_bytes import payload, wire_bytes
+from parlab.comm_staging import staged
 
 
 @dataclass(frozen=True)
@@ -194,13 +195,14 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
             finally:
                 _batch[0] = 0
+        call = staged(kind, fn)  # fn, or fn on host copies where gloo has the GPU's tensors
         if not _listeners or _depth[0]:
-            return fn(*args, **kwargs)
+            return call(*args, **kwargs)
         event = _make_event(kind, args, kwargs)
         _notify("start", event)
         _depth[0] += 1
         try:
-            out = fn(*args, **kwargs)
+            out = call(*args, **kwargs)
         finally:
             _depth[0] -= 1
         _notify("end", event)

@@ -11,6 +11,10 @@
   NCCL and a CPU tensor still works (through gloo). Otherwise "gloo".
   `PARLAB_BACKEND=gloo|nccl` forces one; `PARLAB_GPUS=2,3` says which GPUs this learner's
   ranks may use (a shared box: rank r gets the r-th of them).
+- `PARLAB_ONE_GPU=0`: every rank of a run that names no backend on GPU 0, over gloo (NCCL
+  takes one rank per GPU): `device()` is that GPU, and the calls gloo cannot make on CUDA
+  tensors go through the host (`parlab.comm_staging`). How `make gpu-check` runs the course on
+  a box with one GPU.
 - `uses_nccl(group=None)`: whether a group runs NCCL for CUDA tensors. Compare backends only
   through it: with a device map `dist.get_backend()` is "cpu:gloo,cuda:nccl", not "nccl".
 - `synchronize()`: wait until this rank's device has done what was queued on it. A host
@@ -27,10 +31,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "pin_numerics", "synchronize",
-           "DEVICE_MAP"]
+__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "one_gpu", "place", "pin_numerics",
+           "synchronize", "DEVICE_MAP"]
 DEVICE_MAP = "cpu:gloo,cuda:nccl"
 BACKENDS = ("gloo", "nccl")
+_placed: list[int | None] = [None]  # the GPU the launcher put this rank on (place())
 
 
 def gpus() -> list[int]:
@@ -49,6 +54,23 @@ def gpus() -> list[int]:
         raise ValueError(f"PARLAB_GPUS={given!r} names GPUs {bad or 'twice'}; this machine has "
                          f"{seen} (0 to {seen - 1}), each may be named once")
     return chosen
+
+
+def one_gpu() -> int | None:
+    """PARLAB_ONE_GPU's GPU (every rank on it, over gloo), or None when it is not set."""
+    given = os.environ.get("PARLAB_ONE_GPU", "").strip()
+    if not given:
+        return None
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not given.isdigit() or int(given) >= seen:
+        raise ValueError(f"PARLAB_ONE_GPU={given!r} is not one of this machine's {seen} GPUs; "
+                         "write it as PARLAB_ONE_GPU=0, or unset it")
+    return int(given)
+
+
+def place(gpu: int | None) -> None:
+    """In a rank: the launcher put it on `gpu` (None: the CPU, or torchrun's LOCAL_RANK)."""
+    _placed[0] = gpu
 
 
 def asked_backend(backend: str | None = None) -> str | None:
@@ -78,8 +100,11 @@ def uses_nccl(group: Any = None) -> bool:
 
 
 def device() -> torch.device:
-    """This rank's device: its GPU under NCCL, else the CPU (outside a run: the CPU). Under
-    torchrun, whose ranks the launcher did not place, the GPU is LOCAL_RANK's."""
+    """This rank's device: the GPU the launcher placed it on (under NCCL, or PARLAB_ONE_GPU),
+    else the CPU (outside a run: the CPU). Under torchrun, whose ranks the launcher did not
+    place, the GPU is LOCAL_RANK's under NCCL."""
+    if _placed[0] is not None:
+        return torch.device("cuda", _placed[0])
     if not uses_nccl():
         return torch.device("cpu")
     local = os.environ.get("LOCAL_RANK")

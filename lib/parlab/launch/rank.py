@@ -31,7 +31,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from parlab import comm, timeline
+from parlab import comm, comm_staging, timeline
 from parlab.launch import devices, nccl_rules
 
 STATUS_BYTES = 1024  # room for one JSON status line per rank
@@ -84,6 +84,22 @@ def _watch_parent(lifeline: Any) -> None:
     os._exit(0)
 
 
+def take_gpu(gpu: int | None, *, nccl: bool) -> None:
+    """Make `gpu` (None: none) this rank's device. Under NCCL, NCCL's waits block: its own
+    `wait()` returns once the work is queued, so a deadlocked rank would look busy in its own
+    code; blocking, it sits inside the call that never completes, as on gloo, until the
+    launcher's timeout says so (parlab.launch.diagnose). Over gloo (PARLAB_ONE_GPU), the calls
+    gloo cannot make on CUDA tensors go through the host (parlab.comm_staging)."""
+    devices.place(gpu)
+    if gpu is None:
+        return
+    torch.cuda.set_device(gpu)
+    if nccl:
+        os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    else:
+        comm_staging.enable()
+
+
 def main(rank: int, world_size: int, backend: str, store_path: str, timeout: float,
          payload: bytes, results: Any, lifeline: Any, status: Any,
          trace_dir: str | None = None, gpu: int | None = None, rules: bool = False) -> None:
@@ -98,9 +114,7 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
         os.environ.setdefault("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
         dist.set_debug_level_from_env()
         devices.pin_numerics()
-        if gpu is not None:  # the runner gives every rank a GPU under NCCL
-            torch.cuda.set_device(gpu)
-            os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+        take_gpu(gpu, nccl="nccl" in backend)
         store = dist.FileStore(store_path, world_size)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout))
