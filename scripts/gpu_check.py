@@ -7,7 +7,7 @@
    ridge, the FLOP-per-byte threshold of module 00 (`parlab.costs.roofline`, `parlab.costs`); with
    two GPUs also a copy from GPU 0 to GPU 1, the link between them. Module 00's verdicts for
    tensor and data parallelism follow, for each link, at the measured peak.
-2. Two GPUs or more: each module's solution notebook (solutions/*/*.ipynb, hidden tests
+2. Each module's solution notebook (solutions/*/*.ipynb, hidden tests
    included) runs in a fresh kernel as the autograder runs it (`parlab.grading.
    execute_notebook`, in a temporary copy of its folder) with NCCL's rules on
    (PARLAB_NCCL_RULES=1); `parlab.launch.run` then picks NCCL for every run of at most as many
@@ -16,14 +16,17 @@
    device. Pass means no cell raised (a script: exit 0). Each gets at most NOTEBOOK_S seconds
    and the whole check `--budget` seconds: one still running is killed with everything it
    started, and what the budget cannot reach is SKIPPED (which counts as not passed). With one
-   GPU these rows are SKIPPED with the reason: ranks sharing one GPU over gloo are not built.
-3. One profiler trace per module (`trace_part`): a small job of that module's parallelism
-   (module 00's collectives; one training step of `parlab.compose` laid out as that module
-   splits the model: DP, TP, TP+SP, PP, CP, EP, then DP × PP × TP) run through
-   `parlab.launch.run(..., trace=)` on two ranks, NCCL, so that the trace holds the GPUs'
-   kernels and copies beside the CPU ranges (`parlab.timeline.profiled(cuda=True)`). Each
-   lands in artifacts/traces/<module>.json, for Perfetto; its row counts the ranks' rows, the
-   ranges and the CUDA kernels. With one GPU only a one-rank step is traced.
+   GPU the notebooks run with every rank on it over gloo (PARLAB_ONE_GPU=0: gloo takes CUDA
+   tensors for all_reduce and broadcast, the rest go through the host, parlab.comm_staging),
+   so the device placement is exercised; the scripts are SKIPPED (they need 4 and 8 GPUs).
+3. One profiler trace per module (`trace_part`, scripts/gpu_check_traces.py): a small job
+   of that module's parallelism (module 00's collectives; one training step of
+   `parlab.compose` laid out as that module splits the model: DP, TP, TP+SP, PP, CP, EP, then
+   DP × PP × TP) run through `parlab.launch.run(..., trace=)` on two ranks, NCCL, so that
+   the trace holds the GPUs' kernels and copies beside the CPU ranges
+   (`parlab.timeline.profiled(cuda=True)`). Each lands in artifacts/traces/<module>.json, for
+   Perfetto; its row counts the ranks' rows, the ranges and the CUDA kernels. With one GPU
+   only a one-rank step is traced.
 4. One summary table (markdown), printed and written to artifacts/gpu_check.md, then one
    line per module: passed, FAILED with its first error, or SKIPPED with why.
 
@@ -43,16 +46,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 
-import cloudpickle
 import torch
-import torch.distributed as dist
-from torch.profiler import record_function
 
-from parlab import costs, launch
-from parlab.compose import Checkpoints, Plan, train
+from parlab import costs
 from parlab.costs.roofline import (
     Timing,
     copy_bytes,
@@ -64,9 +63,6 @@ from parlab.costs.roofline import (
     timing_row,
 )
 from parlab.grading import SOLUTIONS_DIR, kill_kernel_tree, list_modules
-from parlab.launch import run
-from parlab.model import LlamaConfig
-from parlab.timeline import load
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_GPU = ("The GPU check needs CUDA, and this machine has none: nothing to measure. On a GPU "
@@ -86,11 +82,9 @@ errors = [f"cell {i}: {e[0]}: {e[1][:200]}" for i, c in enumerate(nb.cells)
           if c.cell_type == "code" and (e := cell_error(c))]
 print(json.dumps(errors))
 """
-TRACE_S = 60.0  # the most one traced job may take
-COLLECTIVE_BYTES = 2**22  # 4 MiB per collective in module 00's trace
 
-if __name__ in sys.modules and __name__ != "__main__":  # imported: ranks cannot import it
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # part 3, beside this file
+from gpu_check_traces import trace_jobs, trace_part  # noqa: E402, F401 - trace_jobs: tests
 
 
 def cuda_seconds(fn: Callable[[], object], repeats: int = 10, warmup: int = 3) -> float:
@@ -175,15 +169,21 @@ def run_job(cmd: list[str], limit: float, **env: str) -> tuple[object, float, st
     return proc, time.perf_counter() - start, failed
 
 
-def run_notebook(path: Path, limit: float) -> tuple[str, float, str]:
+def notebook_env(gpus: int) -> dict[str, str]:
+    """How part 2 runs a notebook: NCCL's rules on; with one GPU, every rank on it over gloo
+    (PARLAB_ONE_GPU: what gloo cannot take on CUDA goes through the host)."""
+    return {"PARLAB_NCCL_RULES": "1", **({"PARLAB_ONE_GPU": "0"} if gpus == 1 else {})}
+
+
+def run_notebook(path: Path, limit: float, env: dict[str, str]) -> tuple[str, float, str]:
     """Execute one notebook in a child process, in a temporary copy of its folder, with
-    NCCL's rules on: (verdict, seconds, detail)."""
+    `env` added: (verdict, seconds, detail)."""
     work = Path(tempfile.mkdtemp(prefix="parlab-gpu-check-"))
     shutil.copytree(path.parent, work, dirs_exist_ok=True)
     try:
         proc, seconds, failed = run_job(
             [sys.executable, "-c", RUN_NOTEBOOK, str(work / path.name), str(CELL_S)], limit,
-            PARLAB_NCCL_RULES="1")
+            **env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if failed or proc is None:
@@ -211,11 +211,9 @@ def run_script(ranks: int, args: list[str], limit: float) -> tuple[str, float, s
 
 
 def notebook_part(gpus: int, deadline: float) -> list:
-    """Rows of part 2: one per module notebook, NCCL (and its rules) for runs of at most
-    `gpus` ranks; then the capstone and train.py under torchrun where there are GPUs enough."""
-    if gpus < 2:
-        why = "SKIPPED: one GPU; ranks sharing it over gloo are not built yet"
-        return [("notebooks", m, why, "") for m in list_modules(SOLUTIONS_DIR)]
+    """Rows of part 2: one per module notebook (`notebook_env`: NCCL for runs of at most
+    `gpus` ranks, or all ranks on the one GPU over gloo); then the capstone and train.py
+    under torchrun where there are GPUs enough."""
     rows = []
     for module in list_modules(SOLUTIONS_DIR):
         left = deadline - time.monotonic()
@@ -223,7 +221,7 @@ def notebook_part(gpus: int, deadline: float) -> list:
             rows.append(("notebooks", module, "SKIPPED: out of time budget", ""))
             continue
         verdict, seconds, detail = run_notebook(SOLUTIONS_DIR / module / f"{module}.ipynb",
-                                                min(NOTEBOOK_S, left))
+                                                min(NOTEBOOK_S, left), notebook_env(gpus))
         rows.append(("notebooks", module, f"{verdict} {detail}".strip(), f"{seconds:.1f}"))
     for name, (module, ranks, args) in SCRIPTS.items():
         left = deadline - time.monotonic()
@@ -234,90 +232,6 @@ def notebook_part(gpus: int, deadline: float) -> list:
         verdict, seconds, detail = run_script(ranks, args, min(NOTEBOOK_S, left))
         rows.append(("scripts", f"{module} ({name})", f"{verdict} {detail}".strip(),
                      f"{seconds:.1f}"))
-    return rows
-
-
-def traced_collectives(nbytes: int) -> int:
-    """Module 00's job: one of each collective, each inside a range named after it."""
-    device = launch.device()
-    world = dist.get_world_size()
-    x = torch.ones(nbytes // 4, device=device)
-    out = torch.empty(world * x.numel(), device=device)
-    for name, call in (("all_reduce", lambda: dist.all_reduce(x)),
-                       ("all_gather", lambda: dist.all_gather_into_tensor(out, x)),
-                       ("reduce_scatter", lambda: dist.reduce_scatter_tensor(x, out)),
-                       ("broadcast", lambda: dist.broadcast(x, src=0))):
-        with record_function(f"{name} {nbytes / 2**20:g} MiB"):
-            call()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return dist.get_rank()
-
-
-def traced_step(cfg: LlamaConfig, plan: Plan) -> int:
-    """Modules 01-07's job: one training step of the tiny Llama under `plan`."""
-    train(cfg, plan, 1, lr=3e-3)
-    return dist.get_rank()
-
-
-def traced_checkpoint(cfg: LlamaConfig, plan: Plan) -> int:
-    """Module 09's job: two steps that save a distributed checkpoint after each, then one more
-    resumed from it (torch.distributed.checkpoint), in a folder rank 0 makes and removes."""
-    folder = [tempfile.mkdtemp(prefix="parlab-gpu-ckpt-") if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(folder, src=0)
-    train(cfg, plan, 2, lr=3e-3, checkpoints=Checkpoints(save=folder[0], interval=1))
-    train(cfg, plan, 3, lr=3e-3, checkpoints=Checkpoints(load=folder[0]))
-    dist.barrier()
-    if dist.get_rank() == 0:
-        shutil.rmtree(str(folder[0]), ignore_errors=True)
-    return dist.get_rank()
-
-
-def trace_jobs(world: int) -> dict[str, tuple]:
-    """Per module: (job, its arguments, ranks) on `world` ranks (1 or 2); module 07's DP × PP
-    × TP takes 4 and module 08's DP × PP × TP+SP 8 (NCCL where there are that many GPUs, else
-    gloo on the CPU)."""
-    dense, moe = LlamaConfig(), LlamaConfig(moe_layers=(1,))
-    if world == 1:
-        return {"one GPU": (traced_step, (dense, Plan()), 1)}
-    step = {"01_memory_and_sharding": Plan(dp=world), "02_tensor_parallel": Plan(tp=world),
-            "03_sequence_parallel": Plan(tp=world, sequence_parallel=True),
-            "04_pipeline_parallel": Plan(pp=world), "05_context_parallel": Plan(cp=world)}
-    jobs = {"00_collectives": (traced_collectives, (COLLECTIVE_BYTES,), world)}
-    jobs |= {module: (traced_step, (dense, plan), world) for module, plan in step.items()}
-    jobs["06_expert_parallel"] = (traced_step, (moe, Plan(ep=world)), world)
-    jobs["07_composition"] = (traced_step, (dense, Plan(pp=2, tp=2)), 4)
-    jobs["08_the_whole_machine"] = (traced_step, (dense, Plan(
-        dp=2, pp=2, tp=2, sequence_parallel=True, global_batch_size=8)), 8)
-    jobs["09_checkpoints_and_restarts"] = (traced_checkpoint, (dense, Plan(
-        dp=world, distributed_optimizer=True)), world)
-    return jobs
-
-
-def trace_part(gpus: int, folder: Path, deadline: float, *, world: int | None = None,
-               modules: Collection[str] | None = None) -> list:
-    """Rows of part 3: one traced job per module (those named in `modules`, or all), written
-    to folder/<module>.json; `world` overrides the number of ranks (tests run 2 on a CPU)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for module, (job, args, ranks) in trace_jobs(world or min(gpus, 2)).items():
-        if modules is not None and module not in modules:
-            continue
-        if deadline - time.monotonic() < 10:
-            rows.append(("traces", module, "SKIPPED: out of time budget", ""))
-            continue
-        path, start = folder / f"{module}.json", time.perf_counter()
-        try:
-            run(job, ranks, *args, trace=path, timeout=TRACE_S)
-            tl = load(path)
-            kernels = sum(e.get("cat") == "kernel" for e in tl.events)
-            verdict = "pass" if tl.ranks == list(range(ranks)) else "FAIL: a rank has no row"
-            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-            detail = (f"{verdict}: {ranks} rank rows, {len(tl.ranges())} ranges, {kernels} "
-                      f"CUDA kernels -> {where}")
-        except Exception as exc:  # noqa: BLE001 - one row per module, the check goes on
-            detail = f"FAIL: {type(exc).__name__}: {str(exc)[:200]}"
-        rows.append(("traces", module, detail, f"{time.perf_counter() - start:.1f}"))
     return rows
 
 

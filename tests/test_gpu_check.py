@@ -95,15 +95,15 @@ def test_one_verdict_per_module_skipped_is_not_passed():
         "| 09_checkpoints | SKIPPED: not reached |"], lines
 
 
-def test_part_two_checks_both_scripts_and_skips_every_module_on_one_gpu():
-    """What the check runs, read from its plan (no GPU needed): the capstone on 4 ranks and
-    train.py on 8, each with --check against one device; with one GPU every module is
-    SKIPPED with the reason, never counted as passed."""
+def test_part_two_runs_notebooks_with_ncclss_rules_and_on_one_gpu_over_gloo():
+    """What the check runs, read from its plan (no GPU needed): every notebook with NCCL's
+    rules, on one GPU with every rank on it (PARLAB_ONE_GPU); the capstone on 4 ranks and
+    train.py on 8, each with --check against one device."""
     check = load_script()
+    assert check.notebook_env(1) == {"PARLAB_NCCL_RULES": "1", "PARLAB_ONE_GPU": "0"}
+    assert check.notebook_env(8) == {"PARLAB_NCCL_RULES": "1"}
     assert {name: (ranks, "--check" in args) for name, (_, ranks, args) in
             check.SCRIPTS.items()} == {"capstone": (4, True), "train.py": (8, True)}
-    rows = check.notebook_part(1, deadline=0.0)
-    assert rows and all(r[2].startswith("SKIPPED: one GPU") for r in rows), rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the real check")
