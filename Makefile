@@ -18,20 +18,24 @@ setup: $(VENV)/.installed
 
 # torch first: a CPU build when no GPU is seen (the CPU wheel index, falling back to the
 # default index, which is CPU-only where a local CPU wheel is served); a CUDA build otherwise.
+# pip installs without compiling; one compileall on every core does it after (sandboxed
+# kernels cannot write __pycache__, so everything is compiled before they run).
+PIP := $(PY) -m pip install -q --no-compile
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if ! $(PY) -c "import torch" 2>/dev/null; then \
 	  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	    echo "GPU seen: installing torch $(TORCH_VERSION) (CUDA build)"; \
-	    $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+	    $(PIP) "torch==$(TORCH_VERSION)"; \
 	  else \
 	    echo "no GPU seen: installing a CPU build of torch $(TORCH_VERSION)"; \
-	    $(PY) -m pip install -q --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) \
+	    $(PIP) --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) \
 	      "torch==$(TORCH_VERSION)" 2>/dev/null \
-	    || $(PY) -m pip install -q "torch==$(TORCH_VERSION)"; \
+	    || $(PIP) "torch==$(TORCH_VERSION)"; \
 	  fi; \
 	fi
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PIP) -e ".[dev]"
+	@$(PY) -m compileall -q -j 0 $(VENV)/lib lib >/dev/null 2>&1 || true  # a few test files do not parse
 	@touch $@
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)

@@ -1,4 +1,5 @@
-"""The two autograde runs that several test files share (built once per session, conftest.py).
+"""The two autograde runs that several test files share (built once per session, side by side,
+conftest.py).
 
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
