@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import sys
 import time
@@ -74,58 +73,32 @@ def no_orphans():
 
 
 # --- autograde runs shared by several test files (tests/grading_runs.py) ---------------------
-_RUNS = ("course_run", "fault_run")
-_wanted: set[str] = set()  # which of the two shared runs the selected tests use
-_started: dict[str, concurrent.futures.Future] = {}
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    _wanted.update(name for item in items for name in getattr(item, "fixturenames", ())
-                   if name in _RUNS)
-
-
-def _build(name: str, tmp_path_factory: pytest.TempPathFactory):
-    import time
-
-    import grading_runs
-
-    start = time.perf_counter()
-    if name == "course_run":
-        run = grading_runs.course_run(tmp_path_factory.mktemp("course_run"))
-    else:
-        run = grading_runs.fault_run(tmp_path_factory.mktemp("fault_run"),
-                                     tmp_path_factory.mktemp("inbox"))
-    print(f"\n{name.replace('_', ' ')}: {len(run.run.results)} submissions, {run.run.workers} "
-          f"workers, {run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
-    return run
-
-
-def _shared_run(name: str, tmp_path_factory: pytest.TempPathFactory):
-    """The run `name`; the first of the two that a session needs starts both, side by side:
-    the fault run mostly waits (timeouts, killed kernels) while the course run computes."""
-    if not _started:
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(_RUNS))
-        for other in sorted(_wanted | {name}):
-            _started[other] = pool.submit(_build, other, tmp_path_factory)
-        pool.shutdown(wait=False)
-    if name not in _started:
-        _started[name] = concurrent.futures.ThreadPoolExecutor(1).submit(
-            _build, name, tmp_path_factory)
-    # both done before any test goes on: no test sees the other run's processes (no_orphans)
-    concurrent.futures.wait(list(_started.values()))
-    return _started[name].result()
-
-
 @pytest.fixture(scope="session")
 def course_run(tmp_path_factory: pytest.TempPathFactory):
     """Every module (and the smoke fixture) autograded once for alice (full) and bob (blank)."""
-    return _shared_run("course_run", tmp_path_factory)
+    import time
+
+    from grading_runs import course_run as build
+
+    start = time.perf_counter()
+    run = build(tmp_path_factory.mktemp("course_run"))
+    print(f"\ncourse run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+          f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
+    return run
 
 
 @pytest.fixture(scope="session")
 def fault_run(tmp_path_factory: pytest.TempPathFactory):
     """The fault corpus (autograder/faults/) autograded in one parallel run."""
-    return _shared_run("fault_run", tmp_path_factory)
+    import time
+
+    from grading_runs import fault_run as build
+
+    start = time.perf_counter()
+    run = build(tmp_path_factory.mktemp("fault_run"), tmp_path_factory.mktemp("inbox"))
+    print(f"\nfault run: {len(run.run.results)} submissions, {run.run.workers} workers, "
+          f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
+    return run
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,4 @@
-"""The two autograde runs that several test files share (built once per session, side by side,
-conftest.py).
+"""The two autograde runs that several test files share (built once per session, conftest.py).
 
 course run: every module of solutions/ plus the smoke fixture (tests/fixtures/), released
     with the gradebook on in a temporary course root, submitted by "alice" (the release with
