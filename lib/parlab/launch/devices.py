@@ -31,16 +31,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["device", "pick_backend", "uses_nccl", "gpus", "one_gpu", "place", "pin_numerics",
-           "synchronize", "DEVICE_MAP"]
+__all__ = ["device", "pick_backend", "placement", "uses_nccl", "gpus", "one_gpu", "place",
+           "pin_numerics", "synchronize", "DEVICE_MAP"]
 DEVICE_MAP = "cpu:gloo,cuda:nccl"
 BACKENDS = ("gloo", "nccl")
 _placed: list[int | None] = [None]  # the GPU the launcher put this rank on (place())
 
 
+def _seen() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def gpus() -> list[int]:
     """The GPUs this learner's ranks may use: PARLAB_GPUS ("2,3"), else every GPU seen."""
-    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    seen = _seen()
     given = os.environ.get("PARLAB_GPUS", "").strip()
     if not given:
         return list(range(seen))
@@ -61,7 +65,7 @@ def one_gpu() -> int | None:
     given = os.environ.get("PARLAB_ONE_GPU", "").strip()
     if not given:
         return None
-    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    seen = _seen()
     if not given.isdigit() or int(given) >= seen:
         raise ValueError(f"PARLAB_ONE_GPU={given!r} is not one of this machine's {seen} GPUs; "
                          "write it as PARLAB_ONE_GPU=0, or unset it")
@@ -92,6 +96,17 @@ def pick_backend(world_size: int, backend: str | None = None) -> str:
     if torch.cuda.is_available() and 0 < world_size <= len(gpus()):
         return DEVICE_MAP
     return "gloo"
+
+
+def placement(world_size: int, backend: str | None = None) -> tuple[str, list[int]]:
+    """(the backend a run starts, the GPU of each rank; [] on the CPU): PARLAB_ONE_GPU puts
+    every rank of a run that names no backend on that GPU over gloo, else `pick_backend`,
+    with a GPU per rank under NCCL."""
+    shared = one_gpu() if asked_backend(backend) is None else None
+    if shared is not None:
+        return "gloo", [shared] * world_size
+    picked = pick_backend(world_size, backend)
+    return picked, gpus() if "nccl" in picked else []
 
 
 def uses_nccl(group: Any = None) -> bool:

@@ -134,14 +134,10 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     trace there, one process row per rank, when the run succeeds."""
     _check_args(fn, world_size, timeout)
     # gloo asked for stays gloo on a GPU box: NCCL's rules do not apply to it
-    asked = devices.asked_backend(backend)
-    rules = nccl_rules.enabled() and asked != "gloo"
-    shared = devices.one_gpu() if asked is None else None  # PARLAB_ONE_GPU: all on one GPU
-    backend = "gloo" if shared is not None else pick_backend(world_size, backend)
+    rules = nccl_rules.enabled() and devices.asked_backend(backend) != "gloo"
+    backend, gpus = devices.placement(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()
-    gpus = ([shared] * world_size if shared is not None
-            else devices.gpus() if "nccl" in backend else [])
     workdir = tempfile.mkdtemp(prefix="parlab-run-")
     procs: list[Any] = []
     lifelines: list[Any] = []
