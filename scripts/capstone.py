@@ -26,12 +26,12 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from parlab.capstone import TOLERANCE, train_parallel, train_single
-from parlab.launch import device, devices
-from parlab.model import GPTConfig
+from parlab.capstone import TOLERANCE, check_plan, train_parallel, train_single
+from parlab.launch import device, devices, torchrun
+from parlab.model import GPT, GPTConfig
 
 
-def parse_args() -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dp", type=int, default=2, help="data-parallel size")
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (divides --heads)")
@@ -44,7 +44,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=GPTConfig.seed)
     p.add_argument("--check", action="store_true",
                    help="also train on one device; exit 1 if a step differs by > TOLERANCE")
-    return p.parse_args()
+    return p
+
+
+def model_from_args(args: argparse.Namespace, world_size: int) -> GPTConfig:
+    """The model these arguments ask for, checked against the grid on `world_size` ranks."""
+    cfg = GPTConfig(layers=args.layers, hidden=args.hidden, heads=args.heads, seed=args.seed)
+    check_plan(cfg, dp=args.dp, tp=args.tp, batch_size=args.batch_size, world_size=world_size)
+    GPT(cfg)  # what the configuration itself refuses (hidden not divisible by heads)
+    return cfg
 
 
 def init_distributed() -> None:
@@ -66,10 +74,12 @@ def check(losses: list[float], cfg: GPTConfig, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def main() -> int:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    options = parser()
+    args = options.parse_args(argv)
+    # Options that do not fit end every process before any group starts, rank 0 saying why.
+    cfg = torchrun.fits_or_exit(options, lambda: model_from_args(args, torchrun.world_size()))
     init_distributed()
-    cfg = GPTConfig(layers=args.layers, hidden=args.hidden, heads=args.heads, seed=args.seed)
     status = 0
     try:
         losses = train_parallel(cfg, args.steps, dp=args.dp, tp=args.tp,

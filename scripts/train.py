@@ -30,7 +30,9 @@ last checkpoint, and rank 0 says which iterations were lost and are run again.
         --tensor-model-parallel-size 2 --train-iters 40 --save ckpt --save-interval 5 \
         --load ckpt
 
-The training code is `parlab.compose.train`, the same the notebook and tests run through
+Options that do not fit the world size or the model (TP 4 with 2 KV heads) end every process
+with exit status 2 before any process group starts, rank 0 alone saying why
+(`parlab.launch.torchrun`). The training code is `parlab.compose.train`, the same the notebook and tests run through
 `parlab.launch.run`. NCCL when there is a GPU for every process of the node, gloo otherwise.
 Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
 not a terminal). --check also trains the model on one device and exits 1 when a loss of the
@@ -64,6 +66,7 @@ from parlab.compose import (
     train_single,
 )
 from parlab.compose.resume import Checkpoints
+from parlab.launch import torchrun
 from parlab.model import LlamaConfig
 
 MEGATRON = "(Megatron-LM's names and meanings)"
@@ -248,11 +251,14 @@ def traced(path: str | None) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    options = parser()
+    args = options.parse_args(argv)
+    # Options that do not fit end every process before any group starts, rank 0 saying why.
+    cfg, plan = torchrun.fits_or_exit(options, lambda: plan_from_args(args, torchrun.world_size()))
     init_distributed()
-    # An exception ends this process without a barrier: the others may be inside a collective
-    # it never joins; they fail when its connections close, and torchrun restarts the group.
-    cfg, plan = plan_from_args(args, dist.get_world_size())
+    # An exception from here on ends this process without a barrier: the others may be inside
+    # a collective it never joins; they fail when its connections close, and torchrun restarts
+    # the group.
     if dist.get_rank() == 0:
         nodes = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         axes = " × ".join(f"{a} {n}" for a, n in (("DP", plan.dp * plan.ep), (

@@ -25,6 +25,7 @@ from typing import Any
 
 import nbformat
 import pytest
+import readable
 from conftest import ROOT
 
 from parlab.check import CheckFailed
@@ -97,6 +98,9 @@ def caught_message(run_check: Callable[[], object], *, phrase: str, where: str) 
         run_check()
     message = str(info.value)
     assert phrase in message, f"{where} said:\n{message}"
+    lines = readable.shown(info.value._render_traceback_())
+    why = readable.unreadable(lines)
+    assert why is None, f"{where} reads badly in a notebook, {why}:\n" + "\n".join(lines)
     return message
 
 

@@ -151,3 +151,31 @@ def test_learner_frames_drop_library_files():
           f'  File "{torch.__file__}", line 5, in matmul\n    pass\n')
     assert learner_frames(tb) == [
         "  /home/me/notebook_cell.py, line 3, in forward\n    return x @ w"]
+
+
+def test_a_stub_reached_by_a_kernel_check_shows_its_own_line_only():
+    """A check run in the kernel that reaches the release's stub reads as the stub's
+    NotImplementedError and its line, not the check's frames; nothing is recorded for it."""
+    import pickle
+
+    from parlab.check import exercise
+    from parlab.errors import NotWritten
+
+    source = "def answer(x):\n    raise NotImplementedError('Write your answer here')\n"
+    namespace: dict = {}
+    exec(compile(source, "/tmp/ipykernel_0/cell_7.py", "exec"), namespace)
+
+    @exercise("stub_demo")
+    def check_demo(fn):
+        return call_learner("your answer", fn, 1)
+
+    with pytest.raises(NotImplementedError) as info:
+        check_demo(namespace["answer"])
+    assert isinstance(info.value, NotWritten)
+    lines = info.value._render_traceback_()
+    assert lines[0] == ("NotImplementedError: not written yet, the check reached the stub's "
+                        "raise: Write your answer here"), lines
+    assert any("cell_7.py, line 2, in answer" in ln for ln in lines), lines
+    assert not any("parlab" in ln for ln in lines[1:]), lines
+    again = pickle.loads(pickle.dumps(info.value))  # it crosses to the verifier and back
+    assert str(again) == str(info.value) and again.learner_traceback

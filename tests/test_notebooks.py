@@ -11,13 +11,14 @@ nbgrader, and "bob", the blank release, with the course's own limits.
 (b) blank release: bob's notebook ran to the end within a bound; every graded cell failed
     with a readable error (NotImplementedError from the stub, AssertionError, parlab's
     RankError / CheckFailed, ...), never by a timeout, a dead or hung kernel, or a cell left
-    unrun.
+    unrun; and what the learner reads of it is short, with no library frame (tests/readable.py).
 (c), the gradebook's scores, is tests/test_roundtrip.py.
 """
 
 from __future__ import annotations
 
 import pytest
+import readable
 from grading_runs import BLANK, FULL
 
 from parlab.grading import (
@@ -98,3 +99,7 @@ def test_b_blank_release_fails_every_test_readably(course_run, module: str) -> N
     unreadable = {gid: err for gid, err in errors.items() if err and err[0] in NOT_READABLE}
     assert not unreadable, (f"{name}: graded cells fail without a readable message when "
                             f"unanswered: {unreadable}")
+    long = {grade_id(cell): why for cell in nb.cells if grade_id(cell) in errors
+            for out in cell.get("outputs", []) if out.output_type == "error"
+            if (why := readable.unreadable(readable.shown(out.traceback)))}
+    assert not long, f"{name}: what a learner reads of a failing check: {long}"

@@ -116,3 +116,39 @@ def test_two_torchrun_nodes_train_with_the_single_device_losses(tmp_path):
     single = train_single(LlamaConfig(), 3, global_batch_size=8, lr=3e-3)
     assert max(abs(a - b) for a, b in zip(losses, single, strict=True)) <= TOLERANCE + 1e-6
     assert f"tolerance {TOLERANCE:.0e}: OK" in output, output
+
+
+def _refused(script: str, argv: list[str], world: int, rank: int) -> subprocess.CompletedProcess:
+    """`script` as torchrun starts it on rank `rank` of `world`, but with no rendezvous to
+    reach (no MASTER_ADDR): an option check after init_process_group would fail there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MASTER_", "TORCHELASTIC"))}
+    env.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *argv], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("script, argv, world, words", [
+    ("train.py", ["--tensor-model-parallel-size", "4"], 8, "tp=4 must divide heads=4"),
+    ("train.py", ["--tensor-model-parallel-size", "4"], 6, "DP is what the world size leaves"),
+    ("capstone.py", ["--dp", "2", "--tp", "2", "--hidden", "30"], 4, "hidden=30"),
+    ("capstone.py", ["--dp", "2", "--tp", "2"], 8, "but 8 ranks are running"),
+])
+def test_options_that_do_not_fit_end_every_process_before_a_group_starts(script, argv, world,
+                                                                          words):
+    """Rank 0 says why in one message; the others say nothing; all exit 2 (a usage error)."""
+    first, other = (_refused(script, argv, world, rank) for rank in (0, world - 1))
+    assert (first.returncode, other.returncode) == (2, 2), first.stderr + other.stderr
+    assert words in first.stderr and first.stderr.count("error:") == 1, first.stderr
+    assert "Traceback" not in first.stderr + other.stderr, first.stderr + other.stderr
+    assert not (other.stdout + other.stderr + first.stdout).strip(), other.stderr
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_under_torchrun_options_that_do_not_fit_print_one_message():
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT),
+                           "--tensor-model-parallel-size", "2", "--num-query-groups", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and out.count("train.py: error: tp=2 must divide") == 1, out
+    assert 'scripts/train.py", line' not in out, out  # no rank's traceback

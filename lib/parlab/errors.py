@@ -8,6 +8,8 @@
   `_render_traceback_()`: the message and the frames of the learner's own code, nothing from
   parlab, torch or the standard library. Plain Python (pytest, scripts) prints the full
   traceback as usual.
+- `NotWritten`: a check in the kernel reached the release's stub; it reads as the stub's
+  NotImplementedError and its line.
 - `refused(references, message)`: inside the block, every function in `references` (for a
   class: every function it defines) raises `CheckFailed(message)`. The functions' code objects
   are swapped rather than their names rebound, so an answer that reaches the reference through
@@ -29,8 +31,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckFailed", "Readable", "refused", "reference_message", "learner_frames", "cell_name",
-           "LIKELY"]
+__all__ = ["CheckFailed", "NotWritten", "Readable", "refused", "reference_message",
+           "learner_frames", "cell_name", "LIKELY"]
 
 LIKELY = "Likely mistake:"
 MAX_FRAMES = 4  # the learner's innermost frames shown under a failure
@@ -102,6 +104,7 @@ class Readable:
     """Mixin: how a learner-facing error renders in a notebook (IPython's hook)."""
 
     learner_traceback: str = ""  # a formatted traceback from another process (a rank's)
+    shown_as: str = ""  # the name a learner reads, when not the class's own
 
     def summary(self) -> str:
         """The message a learner reads; subclasses may shorten what `str()` holds."""
@@ -111,7 +114,7 @@ class Readable:
         assert isinstance(self, BaseException)
         frames = learner_frames(self.learner_traceback) if self.learner_traceback else []
         frames = frames or _frames_of(self)
-        lines = [f"{type(self).__name__}: {self.summary()}"]
+        lines = [f"{self.shown_as or type(self).__name__}: {self.summary()}"]
         if frames:
             lines.append("Your code, where it failed (innermost last):")
             lines += frames
@@ -124,6 +127,21 @@ class CheckFailed(Readable, AssertionError):
     def __init__(self, message: str = "", *, learner_traceback: str = "") -> None:
         super().__init__(message)
         self.learner_traceback = learner_traceback
+
+
+class NotWritten(Readable, NotImplementedError):
+    """A check reached the release's stub (`raise NotImplementedError()`): the answer is not
+    written yet. Shown as the NotImplementedError it is, with the stub's line, not the check's
+    frames."""
+
+    shown_as = "NotImplementedError"
+
+    @classmethod
+    def of(cls, stub: NotImplementedError) -> NotWritten:
+        said = str(stub).strip() or "write the answer in its cell, run it, then this check."
+        err = cls(f"not written yet, the check reached the stub's raise: {said}")
+        err.learner_traceback = "".join(traceback.format_tb(stub.__traceback__))
+        return err
 
 
 # --- the one refusal mechanism ----------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from parlab import launch
 from parlab.check._compare import fail
-from parlab.errors import CheckFailed, reference_message, refused
+from parlab.errors import CheckFailed, NotWritten, Readable, reference_message, refused
 
 __all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "TRUSTED_KEYS", "ranks", "run_checked",
            "call_learner",
@@ -186,6 +186,8 @@ def exercise(key: str, *, needs: Mapping[str, str] | None = None) -> Callable[[F
             except Exception as exc:
                 if _unwritten(exc):  # a stub: nothing was judged, so nothing is recorded
                     _OUTCOMES.pop(key, None)
+                    if isinstance(exc, NotImplementedError) and not isinstance(exc, Readable):
+                        raise NotWritten.of(exc) from None  # the stub's line, not our frames
                     raise
                 _OUTCOMES[key] = False
                 earlier = [what for k, what in (needs or {}).items() if _OUTCOMES.get(k) is False]

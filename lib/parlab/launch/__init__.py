@@ -10,6 +10,8 @@
 - `rank`: the life of one rank in its child process (status line, process group, result).
 - `errors`: `RankError`, `CollectiveMismatch`, `CollectiveTimeout`, each naming the rank and
   what it was doing; in a notebook they show only the learner's own frames.
+- `torchrun`: what a script under torchrun checks before any group starts (options that do
+  not fit end every process with status 2, rank 0 saying why).
 - `diagnose`: the watch that turns a hang into a sentence about what each rank was doing, and
   stops the run early when the hang is certain.
 """
