@@ -8,7 +8,10 @@ runs on top, replacing what it defines. Each mistake file lists in CAUGHT_BY the
 must reject it and a phrase the message must contain; optionally SIZES = {check: world sizes}
 (instead of the table's) and WORLD_SIZES (the only sizes it fails on: a ring that is right on
 2 ranks, where both neighbours are one rank). Each check of an entry runs once, at the first
-of the table's sizes it fails on: the other sizes run in the notebooks' hidden tests.
+of the table's sizes it fails on: the other sizes run in the notebooks' hidden tests. An entry
+caught only at sizes the visible tests do not run is also run through the visible part of its
+test cell (`visible:<grade id>`), which must fail it with the same phrase: what standing()
+and Validate run never gives full marks to an answer the hidden tests fail.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from parlab.grading import grade_id, is_answer_cell
 from parlab.launch import RankError
 
 DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
+VISIBLE = "visible:"  # a run of a test cell's visible part, any failure (Table.runs)
 _counter = itertools.count()
 Check = Callable[[types.ModuleType, int], object]  # run one check on a learner's namespace
 
@@ -73,6 +78,20 @@ def hidden(module: str, gid: str) -> Check:
 
     def run(ns: types.ModuleType, t: int) -> None:
         exec(compile(cell_source(notebook, gid), f"<{gid}>", "exec"), ns.__dict__)
+    return run
+
+
+def visible_source(notebook: Path, gid: str) -> str:
+    """The part of test cell `gid` a learner's release holds: what standing() and Validate run."""
+    return cell_source(notebook, gid).split(HIDDEN_TESTS)[0]
+
+
+def visible(module: str, gid: str) -> Check:
+    """A check that runs the visible part of the solutions notebook's test cell `gid`."""
+    notebook = ROOT / "solutions" / module / f"{module}.ipynb"
+
+    def run(ns: types.ModuleType, t: int) -> None:
+        exec(compile(visible_source(notebook, gid), f"<{gid}, visible>", "exec"), ns.__dict__)
     return run
 
 
@@ -146,6 +165,22 @@ class Table:
     def sizes_of(self, check: str) -> tuple[int, ...]:
         return self.sizes.get(check, (2,))
 
+    def check(self, name: str) -> Check:
+        """The check CAUGHT_BY names, or `visible:<grade id>`: that test cell's visible part."""
+        if name.startswith(VISIBLE):
+            return visible(self.module, name.removeprefix(VISIBLE))
+        return self.checks[name]
+
+    def test_cell(self, check: str) -> str:
+        """The grade id of the test cell whose visible part calls `check` (or `hidden:<id>`'s)."""
+        if check.startswith("hidden:"):
+            return check.removeprefix("hidden:")
+        nb = nbformat.read(self.notebook, as_version=4)
+        gids = [grade_id(c) for c in nb.cells if c.cell_type == "code" and grade_id(c)
+                and f"{check}(" in c.source.split(HIDDEN_TESTS)[0]]
+        assert len(gids) == 1, f"{check}: called by the visible part of test cells {gids}"
+        return gids[0]
+
     def runs(self, path: Path) -> list[tuple[str, str, int]]:
         """(check, phrase, world size) of every run that must catch the entry at `path`: each
         check of its CAUGHT_BY once, at the first of the table's sizes (the visible test's:
@@ -156,6 +191,11 @@ class Table:
         for check, phrase in caught_by(path).items():
             sizes = [t for t in self.sizes_of(check) if only is None or t in only][:1]
             runs += [(check, phrase, t) for t in own.get(check, sizes)]
+        if not any(not c.startswith("hidden:") and t == self.sizes_of(c)[0] for c, _, t in runs):
+            # caught only where the hidden tests look: the visible tests must fail it too,
+            # or standing() and Validate would show full marks for it
+            cells = {self.test_cell(c): phrase for c, phrase in reversed(caught_by(path).items())}
+            runs += [(VISIBLE + gid, phrase, 0) for gid, phrase in cells.items()]
         return runs
 
     def mistake_sizes(self, check: str) -> tuple[int, ...]:

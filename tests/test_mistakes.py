@@ -43,7 +43,7 @@ def _caught(table: Table, path: Path, check: str, phrase: str, t: int) -> None:
     ns = table.namespace(path.read_text())
     where = f"{path.name} under {check} on {t} ranks"
     start = time.monotonic()
-    message = mistakes.caught_message(lambda: table.checks[check](ns, t), phrase=phrase,
+    message = mistakes.caught_message(lambda: table.check(check)(ns, t), phrase=phrase,
                                       where=where)
     took = time.monotonic() - start
     names = table.where.get(check, ())

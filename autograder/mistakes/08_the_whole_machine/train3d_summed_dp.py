@@ -1,8 +1,7 @@
 """The DP sync sums the replicas' gradients (sum_grads over grid.dp with no scale) instead of
-averaging them: invisible under Adam, a wrong step at once under SGD (the hidden test)."""
+averaging them: invisible under Adam, a wrong step at once under the check's plain SGD."""
 
 CAUGHT_BY = {"check_train_3d": "step 0's loss is right and later ones drift"}
-SIZES = {"check_train_3d": (6,)}
 
 _base = OverlappedDDP  # noqa: F821
 

@@ -17,8 +17,9 @@ neither negligible nor equal to another one):
   parameters excluded, bf16 activations, bool masks), equal to Korthikanti et al.'s table plus
   the LayerNorm statistics: none $34sbh + 5as^2b + 8sb$, selective $34sbh + 8sb$, full $2sbh$;
 - the FLOPs of forward and backward (PyTorch's FlopCounterMode), $3F$ plus what recomputation
-  adds: selective $2bs^2h$ (the scores GEMM; $4bs^2h$ with use_reentrant=True, which reruns the
-  whole core), full one forward $F$, with $F = 24bsh^2 + 4bs^2h$;
+  adds: selective $2bs^2h$ (the scores GEMM), full one forward $F$, with
+  $F = 24bsh^2 + 4bs^2h$. The exercise asks for use_reentrant=False: a checkpoint without it
+  warns (torch) and the reentrant one recomputes $4bs^2h$; both fail with that named;
 - `saved_bytes_formula` against the same closed form at sizes where the wrong forms differ
   (no LayerNorm statistics, 4-byte activations, the scores as $5as^2$ without b, ...), with
   parlab.costs.activations and parlab.model.recompute's counters refused.
@@ -27,6 +28,7 @@ neither negligible nor equal to another one):
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -110,11 +112,25 @@ def _refused() -> list[Any]:
             activations.activation_bytes_per_layer, memory.activation_bytes]
 
 
+REENTRANT = ("torch.utils.checkpoint without use_reentrant=False: the reentrant variant (the "
+             "default) reruns the checkpointed function through its own backward and warns "
+             "that the argument must be passed; write checkpoint(attention_core, q, k, v, "
+             "p_drop, training, use_reentrant=False)")
+
+
 def _learner(fn: Callable[..., Any], policy: str) -> Callable[[nn.Module, Tensor], Tensor]:
-    return lambda layer, x: call_learner(
-        f"recompute_forward(layer, x, {policy!r})", fn, layer, x, policy,
-        refuse=_refused(), refusal=REFUSAL,
-        shape_hint="x is (B, s, C); q, k and v are (B, a, s, C/a), contiguous")
+    call = f"recompute_forward(layer, x, {policy!r})"
+
+    def forward(layer: nn.Module, x: Tensor) -> Tensor:
+        with warnings.catch_warnings(record=True) as caught:  # torch's, not shown as they are
+            warnings.simplefilter("always")
+            out = call_learner(call, fn, layer, x, policy, refuse=_refused(), refusal=REFUSAL,
+                               shape_hint="x is (B, s, C); q, k and v are (B, a, s, C/a), "
+                                          "contiguous")
+        if any("use_reentrant" in str(w.message) for w in caught):
+            fail(f"{call} calls checkpoint without use_reentrant", hint=REENTRANT)
+        return out
+    return forward
 
 
 # The learner's side of each measurement (on_learner_side: in the learner's process under the
@@ -189,14 +205,15 @@ def _check_flops(fn: Callable[..., Any], policy: str) -> int:
     total = on_learner_side(_learner_flops, fn, policy)
     f = layer_forward_flops(B, S, H)
     extra = total - 3 * f
-    allowed = {"none": (0,), "selective": (2 * B * S * S * H, 4 * B * S * S * H),
-               "full": (f,)}[policy]
-    if extra not in allowed:
+    want = {"none": 0, "selective": 2 * B * S * S * H, "full": f}[policy]
+    if extra != want:
+        reentrant = policy == "selective" and extra == 4 * B * S * S * H
         fail(f"recompute_forward(layer, x, {policy!r}): forward and backward cost "
-             f"{total:,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; "
-             f"expected {' or '.join(f'{a:,}' for a in allowed)} recomputed",
-             hint="selective recomputes only the attention core's GEMMs; full reruns the "
-                  "whole forward once: checkpoint exactly those and nothing more")
+             f"{total:,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; expected {want:,} "
+             "recomputed",
+             hint=REENTRANT if reentrant else "selective recomputes only the attention "
+                  "core's GEMMs; full reruns the whole forward once: checkpoint exactly those "
+                  "and nothing more")
     return extra
 
 
