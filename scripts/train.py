@@ -33,7 +33,8 @@ last checkpoint, and rank 0 says which iterations were lost and are run again.
 Options that do not fit the world size or the model (TP 4 with 2 KV heads) end every process
 with exit status 2 before any process group starts, rank 0 alone saying why
 (`parlab.launch.torchrun`). The training code is `parlab.compose.train`, the same the notebook
-and tests run through `parlab.launch.run`. NCCL when there is a GPU for every process of the node, gloo otherwise.
+and tests run through `parlab.launch.run`. NCCL when there is a GPU for every process of the
+node, gloo otherwise.
 Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
 not a terminal). --check also trains the model on one device and exits 1 when a loss of the
 first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE` (on a
