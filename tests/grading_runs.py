@@ -34,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from parlab.grading import (
 )
 from parlab.grading.cells import after_last_graded
 from parlab.grading.sandbox import problem as sandbox_problem
+from parlab.scratch import scratch_root
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
@@ -88,6 +90,7 @@ class CourseRun:
     # (outside_sandboxes), and when the run began (time.time()); the fault run only
     checksums: dict[str, str] = field(default_factory=dict)
     started: float = 0.0
+    left_in_tmp: list[str] = field(default_factory=list)  # what the run left in /tmp
 
     def autograded(self, student: str, module: str) -> nbformat.NotebookNode:
         path = self.root / "autograded" / student / module / f"{module}.ipynb"
@@ -125,7 +128,17 @@ def blank_as_graded(root: Path, module: str) -> nbformat.NotebookNode:
     return nb
 
 
+def in_tmp() -> set[str]:
+    """The course's folders in /tmp: parlab-* and the scratch folders of processes that have
+    ended (parlab.scratch; this process's own live on until it exits)."""
+    tmp = Path(tempfile.gettempdir())
+    found = {str(p) for p in tmp.glob("parlab-*") if p != scratch_root()}
+    return found | {str(p) for p in scratch_root().iterdir()
+                    if not p.name.startswith(f"{os.getpid()}-")}
+
+
 def course_run(root: Path) -> CourseRun:
+    before = in_tmp()
     sources = {m: SOLUTIONS_DIR / m for m in list_modules(SOLUTIONS_DIR)}
     sources.update({m: FIXTURES_DIR / m for m in list_modules(FIXTURES_DIR)})
     _released(root, sources)
@@ -137,7 +150,8 @@ def course_run(root: Path) -> CourseRun:
     # solutions executes clean; bob's notebooks end at their last graded cell.
     run = autograde_parallel(root, "*", workers=WORKERS, record=False, unsafe=NO_SANDBOX,
                              nbgrader_args=("--ResilientExecute.skip_after_last_test=False",))
-    return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources})
+    return CourseRun(root, sources, run, {m: [FULL, BLANK] for m in sources},
+                     left_in_tmp=sorted(in_tmp() - before))
 
 
 # --- the fault corpus -------------------------------------------------------------------------

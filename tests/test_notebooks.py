@@ -103,3 +103,9 @@ def test_b_blank_release_fails_every_test_readably(course_run, module: str) -> N
             for out in cell.get("outputs", []) if out.output_type == "error"
             if (why := readable.unreadable(readable.shown(out.traceback)))}
     assert not long, f"{name}: what a learner reads of a failing check: {long}"
+
+
+def test_the_course_run_leaves_nothing_in_tmp(course_run) -> None:
+    """Every notebook of the course, answered and blank, ran and its kernel stopped: none of
+    their traces, checkpoints or runs is left in /tmp (parlab.scratch), nor the grader's."""
+    assert not course_run.left_in_tmp, f"left in /tmp: {course_run.left_in_tmp[:10]}"

@@ -26,6 +26,7 @@ import io
 import itertools
 import os
 import pickle
+import shutil
 import tempfile
 import types
 
@@ -257,6 +258,7 @@ def test_verifier_agrees_with_the_notebook(module: str) -> None:
                                if mine[g] != notebook[g]}
     finally:
         host.close()
+        shutil.rmtree(folder, ignore_errors=True)
     assert not wrong, f"{module}: the verifier and the notebook disagree (case: {{test: " \
         f"(notebook passed, the verifier's message)}}): {wrong}"
 

@@ -17,7 +17,6 @@ every rank), and DCP and parlab's own resharding refused while the answer runs.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ from parlab.check._compare import assert_owns_only, assert_unchanged, expect_typ
 from parlab.check._harness import call_learner, exercise, not_reexport, run_checked
 from parlab.compose.checkpoint import load_state, save_state
 from parlab.compose.shards import reshard_pieces
+from parlab.scratch import scratch_dir
 
 __all__ = ["check_reshard", "CASES", "HIDDEN", "KEYS", "make_pieces", "dcp_reference"]
 
@@ -101,7 +101,7 @@ the cases it shares. The learner never sees these tensors."""
 def _reference(cases: list[Case], seeds: list[int]) -> list[list[dict[str, Tensor]]]:
     todo = [(c, s) for c, s in zip(cases, seeds, strict=True) if (c, s) not in _LOADED]
     if todo:
-        root = tempfile.mkdtemp(prefix="parlab-m09-")
+        root = str(scratch_dir("m09-check"))
         try:
             ranks = run_checked(dcp_reference, WORLD, [c for c, _ in todo],
                                 [s for _, s in todo], root,

@@ -38,7 +38,6 @@ import pickle
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +53,7 @@ from parlab.launch import rank as _rank
 from parlab.launch.devices import pick_backend
 from parlab.launch.diagnose import Watch
 from parlab.launch.errors import NcclRuleBroken, Origins, RankError, code_origins, relocate
+from parlab.scratch import scratch_dir
 
 __all__ = ["run", "pick_backend"]
 
@@ -138,7 +138,7 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     backend, gpus = devices.placement(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()
-    workdir = tempfile.mkdtemp(prefix="parlab-run-")
+    workdir = str(scratch_dir("run"))  # swept by the next run if this process is killed
     procs: list[Any] = []
     lifelines: list[Any] = []
     try:

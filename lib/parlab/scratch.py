@@ -1,0 +1,59 @@
+"""Scratch folders that do not outlive the process that made them.
+
+    from parlab.scratch import scratch_dir
+    TRACES = scratch_dir("traces")   # /tmp/parlab-scratch-<uid>/<pid>-traces-<random>
+
+A notebook's traces and checkpoints, a run's rendezvous files: each goes into its own folder
+under one per-user root (mode 0700). The folder is removed when its process exits normally
+(a kernel shut down or restarted, a script's end); a process killed outright (SIGKILL, a
+power cut) cannot clean up, so every new scratch_dir() first removes the folders of processes
+that no longer run. Nothing of the course is left in /tmp after a day of work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["scratch_dir", "scratch_root"]
+
+
+def scratch_root() -> Path:
+    """The user's root of scratch folders (created 0700; refused if someone else owns it)."""
+    root = Path(tempfile.gettempdir()) / f"parlab-scratch-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    if root.stat().st_uid != os.getuid() or root.is_symlink():
+        raise PermissionError(f"{root} belongs to another user: remove it, or set TMPDIR to a "
+                              "folder of your own")
+    return root
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process with that number
+        return True
+    return True
+
+
+def _sweep(root: Path) -> None:
+    """Remove the folders of processes that no longer run."""
+    for folder in root.iterdir():
+        pid = folder.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def scratch_dir(name: str) -> Path:
+    """A new empty folder for this process's `name` (traces, checkpoints, ...), removed when
+    the process exits."""
+    root = scratch_root()
+    _sweep(root)
+    path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{name}-", dir=root))
+    atexit.register(shutil.rmtree, path, True)
+    return path
