@@ -396,3 +396,30 @@ def test_a_caller_without_the_composed_model_gets_a_lean_forkserver():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[[], []]", proc.stdout
+
+
+def _slow_then_allreduce(seconds: float):
+    import time as _time
+
+    if dist.get_rank() == 0:
+        _time.sleep(seconds)  # rank 1 waits in the all-reduce meanwhile
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return x.item()
+
+
+def test_a_run_that_waits_shows_an_updating_line_in_a_notebook(monkeypatch):
+    """In a kernel, after a few seconds a line says how long, the limit and what the ranks
+    do, redrawn about once a second, and cleared when the run ends."""
+    from parlab.launch import waiting
+
+    shown: list[str] = []
+    monkeypatch.setattr(waiting, "_in_kernel", lambda: True)
+    monkeypatch.setattr(waiting.WaitingLine, "_display", lambda self, line: shown.append(line))
+    monkeypatch.setattr(waiting.WaitingLine, "close", lambda self: shown.append("<cleared>"))
+    assert run(_slow_then_allreduce, 2, waiting.SHOW_AFTER_S + 2.5, timeout=30) == [2.0, 2.0]
+    lines = [s for s in shown if s != "<cleared>"]
+    assert 2 <= len(lines) <= 5, shown
+    assert lines[0].startswith("waiting for 2 of 2 ranks: 3 s (the limit is 30 s"), lines[0]
+    assert "rank 0: its own code" in lines[-1] and "rank 1: in all_reduce" in lines[-1], lines
+    assert shown[-1] == "<cleared>"

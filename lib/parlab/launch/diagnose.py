@@ -59,6 +59,20 @@ class Watch:
             lines.append(f"  rank {rank}: {text}")
         return "\n".join(lines)
 
+    def brief(self, results: dict[int, Any]) -> str:
+        """What the ranks that have not returned are doing, in a few words, ranks grouped
+        ("ranks 0, 2: in all_reduce; rank 1: its own code")."""
+        doing: dict[str, list[int]] = {}
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            if rank in results or s["state"] == "returned":
+                continue
+            text = {"in": f"in {s.get('what', 'a call')}", "after": "its own code",
+                    "running": "its own code", "raised": "raised"}.get(s["state"], "starting")
+            doing.setdefault(text, []).append(rank)
+        return "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {text}"
+                         for text, r in doing.items())
+
     def _sure_hang(self, results: dict[int, Any]) -> str | None:
         now = time.time()
         for rank in range(len(self.statuses)):

@@ -53,6 +53,7 @@ from parlab.launch import rank as _rank
 from parlab.launch.devices import pick_backend
 from parlab.launch.diagnose import Watch
 from parlab.launch.errors import NcclRuleBroken, Origins, RankError, code_origins, relocate
+from parlab.launch.waiting import WaitingLine
 from parlab.scratch import scratch_dir
 
 __all__ = ["run", "pick_backend"]
@@ -183,27 +184,41 @@ def _collect(procs: list, receivers: list, watch: Watch, origins: Origins) -> tu
     errors: list[tuple] = []
     first_error_at: float | None = None
     pending = list(receivers)
-    while len(results) < len(procs):
-        now = time.monotonic()
-        if first_error_at is not None and (now - first_error_at > ERROR_GRACE_S or not pending):
-            raise RankError.from_reports(errors, watch.describe(results), origins)
-        watch.check(results, errors)  # raises CollectiveTimeout on a sure or timed-out hang
-        ready = wait(pending + [p.sentinel for p in procs], timeout=0.05)
-        for rank, conn in enumerate(receivers):
-            if conn not in pending or (conn not in ready and procs[rank].exitcode is None):
-                continue
-            pending.remove(conn)
-            try:
-                msg = pickle.loads(conn.recv_bytes())
-            except EOFError:  # died without a word
-                procs[rank].join(1.0)
-                msg = ("error",) + _death(rank, procs[rank].exitcode)
-            if msg[0] == "ok":
-                results[rank], calls[rank] = msg[2], msg[3]
-            else:
-                errors.append(msg[1:])
-                first_error_at = first_error_at or time.monotonic()
+    line = WaitingLine(watch.timeout)  # in a notebook, after a few seconds: what it waits for
+    try:
+        while len(results) < len(procs):
+            now = time.monotonic()
+            if first_error_at is not None and (now - first_error_at > ERROR_GRACE_S
+                                               or not pending):
+                raise RankError.from_reports(errors, watch.describe(results), origins)
+            watch.check(results, errors)  # raises CollectiveTimeout on a sure or timed-out hang
+            line.show(len(procs) - len(results), len(procs), lambda: watch.brief(results))
+            first_error_at = _receive(procs, receivers, pending, results, calls, errors,
+                                      first_error_at)
+    finally:
+        line.close()
     return [results[r] for r in range(len(procs))], [calls[r] for r in range(len(procs))]
+
+
+def _receive(procs: list, receivers: list, pending: list, results: dict, calls: dict,
+             errors: list, first_error_at: float | None) -> float | None:
+    """Take what the ranks have sent within 50 ms; when the first error arrived."""
+    ready = wait(pending + [p.sentinel for p in procs], timeout=0.05)
+    for rank, conn in enumerate(receivers):
+        if conn not in pending or (conn not in ready and procs[rank].exitcode is None):
+            continue
+        pending.remove(conn)
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except EOFError:  # died without a word
+            procs[rank].join(1.0)
+            msg = ("error",) + _death(rank, procs[rank].exitcode)
+        if msg[0] == "ok":
+            results[rank], calls[rank] = msg[2], msg[3]
+        else:
+            errors.append(msg[1:])
+            first_error_at = first_error_at or time.monotonic()
+    return first_error_at
 
 
 def _death(rank: int, code: int | None) -> tuple:
