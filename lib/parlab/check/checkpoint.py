@@ -140,6 +140,12 @@ def _shape_hint(case: Case, got: tuple[int, ...], key: str, weight_ok: bool) -> 
         return (f"that is an old piece's shape: the new pieces are 1/{t_new} of the whole "
                 f"along dim {dim}, not 1/{t_old}")
     other = [d for d in range(len(shape)) if d != dim][0]
+    if len(got) == len(shape) and got[other] == shape[other]:  # cut along dim, a wrong length
+        m = shape[dim] // t_new
+        return (f"your piece has {got[dim]} entries along dim {dim}, expected {m} "
+                f"({shape[dim]} / t_new = {t_new}): new piece r is entries r·{m} up to, not "
+                f"including, (r+1)·{m}, and its overlap with old piece k runs from "
+                "max(new start, old start) up to, not including, min(new end, old end)")
     return f"cut along dim {dim}, the dim TP split (not dim {other}), into {t_new} equal pieces"
 
 

@@ -73,13 +73,29 @@ def _stages(v_stage_of: Callable) -> None:
                     fail(f"v_stage_of({r}, {c}, {p}) = {got!r}, expected {want}", hint=hint)
 
 
+def _warmup_hint(got: Sequence[Any], r: int, p: int) -> str | None:
+    """When the first difference is about how many forwards of chunk 0 come before the first
+    F1 (phases 1 and 2), the count of each, and which loop sets it."""
+    ones = [i for i, a in enumerate(got) if (getattr(a, "kind", None), getattr(a, "chunk", None))
+            == ("F", 1)]
+    before = got[:ones[0]] if ones else got
+    n = sum(1 for a in before if (getattr(a, "kind", None), getattr(a, "chunk", None)) == ("F", 0))
+    want = 2 * (p - r - 1) + 1
+    if n == want:
+        return None
+    return (f"rank {r} runs {n} forwards of chunk 0 before its first F1, DualPipe-V "
+            f"{want}: phase 1's 2(p - r - 1) = {want - 1} (here p = {p}, r = {r}), then phase "
+            "2's first F0")
+
+
 def _first_difference(got: Sequence[Any], want: Sequence[Any], r: int, p: int, m: int
                       ) -> tuple[str, str] | None:
     phases = dualpipe.dualpipe_v_phases(r, p, m)
     for i, (a, b) in enumerate(zip(got, want, strict=False)):
         if a != b:
+            warmup = _warmup_hint(got, r, p) if phases[i] <= 2 else None
             return (f"rank {r}, position {i}: expected {b}, got {a} (phase {phases[i]} of the "
-                    "order)", PHASE_HINTS[phases[i]])
+                    "order)", warmup or PHASE_HINTS[phases[i]])
     if len(got) != len(want):
         i = min(len(got), len(want))
         phase = phases[min(i, len(phases) - 1)]
@@ -111,7 +127,8 @@ def _one_case(order: Callable, p: int, m: int) -> None:
     except pp.ScheduleError as err:
         r = next((r for r in range(p) if sched[r] != want[r]), 0)
         diff = _first_difference(sched[r], want[r], r, p, m)
-        fail(f"{where} cannot run under the V placement: {err}",
+        # the first difference names this case's m; the simulator's error would infer its own
+        fail(f"{where} cannot run under the V placement: {diff[0] if diff else err}",
              hint=diff[1] if diff else "every rank runs F, B and W of every micro-batch on "
              "both chunks once, each B after its F and each W after its B")
     sim = simulate(sched, 2.0, 2.0, 2.0, placement="v")
