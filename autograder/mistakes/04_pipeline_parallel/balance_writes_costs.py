@@ -1,6 +1,6 @@
 """Mistake: balance turns the caller's list of costs into prefix sums, in place.
 
-Replaces balance (exercise 4). The split it returns is the best one, but layer_costs[i] now
+Replaces balance (exercise 5). The split it returns is the best one, but layer_costs[i] now
 holds the cost of layers 0..i: the notebook draws the stages with the same list right after
 the call and gets nonsense. The check now compares the list with a copy after the call
 (issue 16.6).

@@ -1,6 +1,6 @@
 """Mistake: phase 4's pairs written backward first: B1 then F0, B0 then F1.
 
-Replaces the exercise-5 answer's `dualpipe_v_order`. In a pair the forward comes first (on a
+Replaces the exercise-4 answer's `dualpipe_v_order`. In a pair the forward comes first (on a
 GPU both run at once; in the list, F then its partner's full backward). With B first, rank
 p - 1's first B1 needs the gradient of stage p, which comes from its own F0, not yet run: a
 deadlock, and on the other ranks an order that is not DualPipe-V's. The check names phase 4.

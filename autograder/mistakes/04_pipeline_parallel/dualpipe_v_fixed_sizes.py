@@ -1,6 +1,6 @@
 """Mistake: dualpipe_v_order written for the visible run's sizes, p = 2 and m = 5.
 
-Replaces the exercise-5 answer's `dualpipe_v_order`: the phase counts use p = 2 and m = 5
+Replaces the exercise-4 answer's `dualpipe_v_order`: the phase counts use p = 2 and m = 5
 whatever the arguments say. The visible rank run (2 ranks, m = 2p + 1 = 5) would pass; the
 check also builds the order for eight other (p, m), p = 1 to 5 and m from 2p to 3p + 2, and
 fails at the first one.

@@ -1,6 +1,6 @@
 """Mistake: each W takes the newest waiting weight gradient instead of the oldest.
 
-Replaces the exercise-5 answer's `dualpipe_v_order` (waiting.pop() for waiting.pop(0)). The
+Replaces the exercise-4 answer's `dualpipe_v_order` (waiting.pop() for waiting.pop(0)). The
 order is valid, every W after its B, but DualPipe-V's queue is first in, first out: the
 oldest split backward's inputs are freed first. The check names the phase where the first W
 differs.

@@ -1,7 +1,7 @@
 """Mistake: phase 1 loops 2(p - r) times instead of 2(p - r - 1): two forwards of chunk 0
 too many before the first F1.
 
-Replaces the exercise-5 answer's `dualpipe_v_order`. The extra forwards sit where DualPipe-V
+Replaces the exercise-4 answer's `dualpipe_v_order`. The extra forwards sit where DualPipe-V
 starts phase 2; the check must say what it counted (the forwards of chunk 0 before the first
 F1, phase 1's share of them), not blame phase 2, and name only the case it ran (one m).
 """

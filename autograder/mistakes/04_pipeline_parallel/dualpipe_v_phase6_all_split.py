@@ -1,6 +1,6 @@
 """Mistake: every backward of phase 6 split (W queued), none full.
 
-Replaces the exercise-5 answer's `dualpipe_v_order`. The order is still valid, every W runs
+Replaces the exercise-4 answer's `dualpipe_v_order`. The order is still valid, every W runs
 once after its B, but the first r + 1 backwards of phase 6 are full in DualPipe-V (their W at
 once) and the W's now run later than DualPipe-V runs them. The check names phase 6.
 """

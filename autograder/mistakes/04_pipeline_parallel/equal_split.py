@@ -1,7 +1,7 @@
 """Mistake: balance gives every stage the same number of layers.
 
 The first stage also runs the embedding and the last the LM head, so the last stage is the
-slowest and sets the pace of the whole pipeline. Replaces balance (exercise 4).
+slowest and sets the pace of the whole pipeline. Replaces balance (exercise 5).
 """
 
 CAUGHT_BY = {

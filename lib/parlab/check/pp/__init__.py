@@ -5,8 +5,8 @@ r"""Graded checks of module 04, "Pipeline parallelism"; test cells import them f
   learner's point-to-point steps under GPipe and under their own 1F1B order on real ranks.
 - `check_placement(stage_of, layers_of)` (exercise 3, `placement`): looped placement, then
   interleaved 1F1B on real ranks with the learner's split.
-- `check_balance(balance)` (exercise 4, `balance`): layers per stage for unequal layers.
-- `check_dualpipe_v(v_stage_of, dualpipe_v_order)` (exercise 5, `dualpipe_v`): the V
+- `check_balance(balance)` (exercise 5, `balance`): layers per stage for unequal layers.
+- `check_dualpipe_v(v_stage_of, dualpipe_v_order)` (exercise 4, `dualpipe_v`): the V
   placement, one rank's DualPipe-V order, then the learner's orders on real ranks.
 
 `common` holds what the rank checks share: sizes no answer can special-case (m = 2p + 1,

@@ -1,4 +1,4 @@
-r"""Exercise 4 of module 04, `check_balance(balance)`: layers per stage for unequal layers.
+r"""Exercise 5 of module 04, `check_balance(balance)`: layers per stage for unequal layers.
 
 Per-layer costs whose first entry is the embedding and last the LM head; the slowest stage of
 the learner's split must be as fast as the best split's (within 1e-9 relative), computed by
@@ -78,7 +78,7 @@ def _one_case(fn: Callable[[list[float], int], Sequence[int]], costs: list[float
 @exercise("04.balance")
 def check_balance(fn: Callable[[list[float], int], Sequence[int]], *, quiet: bool = False,
                   cases: Sequence[tuple[list[float], int]] = BALANCE_CASES) -> None:
-    """Exercise 4: layers per stage whose slowest stage is the best possible."""
+    """Exercise 5: layers per stage whose slowest stage is the best possible."""
     not_reexport(fn, name="balance")
     splits = [_one_case(fn, list(costs), p) for costs, p in cases]
     if not quiet:

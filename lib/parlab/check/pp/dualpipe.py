@@ -1,4 +1,4 @@
-r"""Exercise 5 of module 04, `check_dualpipe_v(v_stage_of, dualpipe_v_order)`: DualPipe-V.
+r"""Exercise 4 of module 04, `check_dualpipe_v(v_stage_of, dualpipe_v_order)`: DualPipe-V.
 
 1. The V placement by formula: v_stage_of(r, c, p) = r for chunk 0, 2p - 1 - r for chunk 1,
    for p = 1..5 and 8.
@@ -163,7 +163,7 @@ def _rank_worker(schedule: list, opts: dict[str, Any], layers_of: Callable) -> d
 def check_dualpipe_v(v_stage_of: Callable, dualpipe_v_order: Callable, *, world_size: int = 2,
                      timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False,
                      cases: Sequence[tuple[int, int]] = ORDER_CASES) -> None:
-    """Exercise 5: the V placement, one rank's order for several (p, m), then real ranks."""
+    """Exercise 4: the V placement, one rank's order for several (p, m), then real ranks."""
     harness.not_reexport(v_stage_of, name="v_stage_of")
     harness.not_reexport(dualpipe_v_order, name="dualpipe_v_order")
     _stages(v_stage_of)
