@@ -423,3 +423,33 @@ def test_a_run_that_waits_shows_an_updating_line_in_a_notebook(monkeypatch):
     assert lines[0].startswith("waiting for 2 of 2 ranks: 3 s (the limit is 30 s"), lines[0]
     assert "rank 0: its own code" in lines[-1] and "rank 1: in all_reduce" in lines[-1], lines
     assert shown[-1] == "<cleared>"
+
+
+def _crossed_groups():
+    """Rank 0: over [0, 1], then the world; rank 1: the world (async, then wait), then [0, 1];
+    ranks 2, 3: the world. Each waits for a collective that a member never reaches."""
+    pair = dist.new_group([0, 1])
+    x = torch.ones(1)
+    if dist.get_rank() == 0:
+        dist.all_reduce(x, group=pair)
+        dist.all_reduce(x)
+    elif dist.get_rank() == 1:
+        dist.all_reduce(x, async_op=True).wait()
+        dist.all_reduce(x, group=pair)
+    else:
+        dist.all_reduce(x)
+    return x.item()
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_collectives_over_crossed_groups_stop_as_soon_as_the_deadlock_is_certain():
+    """No rank runs its own code and every wait needs a member that has made fewer
+    collectives on that group: a deadlock, reported in seconds, not at the timeout."""
+    start = time.monotonic()
+    with pytest.raises(CollectiveTimeout) as info:
+        run(_crossed_groups, 4, timeout=40)
+    took = time.monotonic() - start
+    assert info.value.certain and took < 15, (took, str(info.value))
+    text = str(info.value)
+    assert "deadlock" in text and "rank 0 waits in all_reduce over ranks [0, 1]" in text, text
+    assert "rank 1 waits in all_reduce over ranks [0, 1, 2, 3]" in text, text  # its async wait

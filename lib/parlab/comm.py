@@ -54,6 +54,7 @@ class Event:
     device: str = ""  # where the tensor lives ("cpu", "cuda:0"); "" without a tensor
     batch: int = 0  # which batch_isend_irecv call posted it (NCCL groups these); 0: none
     gloo_group: bool = False  # on a group made with backend="gloo": gloo on a GPU box too
+    seq: int = 0  # this rank's how-many-th such call on its group, or toward its peer (posted())
 
     def describe(self) -> str:
         if self.kind == "new_group":
@@ -68,6 +69,27 @@ _originals: dict[str, Callable[..., Any]] = {}
 _depth = [0]  # >0 while inside a wrapped call: all_gather_object calls all_gather itself
 _batch = [0, 0]  # the batch_isend_irecv call under way (0: none), the last one's number
 _gloo_groups: dict[int, Any] = {}  # id -> group, of the groups made with backend="gloo"
+_posted: dict[str, int] = {}  # what this rank has posted, counted: see posted()
+
+
+def posted() -> dict[str, int]:
+    """How many calls this rank has posted (traced ones): collectives per group ("0,2" -> 3),
+    sends per destination ("send>2"), receives per source ("recv<2"). The launcher's watch
+    compares them to tell a wait that can still end from one that never will."""
+    return dict(_posted)
+
+
+def _count(kind: str, ranks: tuple[int, ...]) -> int:
+    """The how-many-th call of its kind on its group (or toward its peer) this one is; 0 for
+    calls that are not counted."""
+    if kind in _COLLECTIVES and ranks:
+        key = ",".join(map(str, ranks))
+    elif kind in _P2P and ranks:
+        key = f"send>{ranks[0]}" if kind in ("send", "isend") else f"recv<{ranks[0]}"
+    else:
+        return 0
+    _posted[key] = _posted.get(key, 0) + 1
+    return _posted[key]
 
 
 def _group_ranks(group: Any) -> tuple[int, ...]:
@@ -156,7 +178,7 @@ def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
     device = str(tensor.device) if tensor is not None else ""
     group = kwargs.get("group", args[2] if kind in _P2P and len(args) > 2 else None)
     return Event(kind, size, n, wire, ranks, shape, dtype, device, _batch[0],
-                 id(group) in _gloo_groups)
+                 id(group) in _gloo_groups, _count(kind, ranks))
 
 
 def _notify(phase: str, event: Event) -> None:
@@ -165,7 +187,8 @@ def _notify(phase: str, event: Event) -> None:
 
 
 class _TracedWork:
-    """Wraps the handle of an isend/irecv so that waiting on it is seen too."""
+    """Wraps the handle of an isend/irecv or of an async collective, so that waiting on it is
+    seen too."""
 
     def __init__(self, work: Any, event: Event) -> None:
         self._work, self._event = work, event
@@ -209,8 +232,9 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if kind == "new_group" and kwargs.get("backend", args[2] if len(args) > 2 else None) \
                 == "gloo" and out is not None:
             _gloo_groups[id(out)] = out
-        if kind in ("isend", "irecv") and out is not None:
-            return _TracedWork(out, event)
+        if out is not None and (kind in ("isend", "irecv") or (
+                kind in _COLLECTIVES and callable(getattr(out, "wait", None)))):
+            return _TracedWork(out, event)  # async_op=True: its wait is seen too
         return out
 
     wrapper.__parlab_original__ = fn  # type: ignore[attr-defined]

@@ -22,6 +22,19 @@ P2P_CYCLE_S = 3.0  # ranks waiting on each other's send/recv in a cycle this lon
 _OTHER = {"recv": "send", "send": "recv"}
 
 
+def _stuck_line(rank: int, s: dict, peer: int, n: int) -> str:
+    if s.get("p2p"):
+        return (f"rank {rank} waits to receive message #{s['seq']} from rank {peer}, which has "
+                f"sent it {n}")
+    return (f"rank {rank} waits in {_call(s)} over ranks {s['group']} (its collective "
+            f"#{s['seq']} on that group; rank {peer} has made {n} there)")
+
+
+def _call(state: dict) -> str:
+    """The collective a status line waits in: "all_reduce" for a wait on an async one too."""
+    return str(state.get("kind", "a call")).replace("wait(", "").rstrip(")")
+
+
 class Watch:
     """Reads the ranks' status lines; raises CollectiveTimeout on a timeout or a sure hang."""
 
@@ -90,7 +103,7 @@ class Watch:
                         "unwaited request may never be delivered)")
                 return (f"rank {rank} waits in {s['what']}, but rank(s) {peers} already "
                         f"returned without making the matching call: {hint}")
-        return self._p2p_cycle(now)
+        return self._p2p_cycle(now) or self._collectives_stuck(now, results)
 
     def _p2p_cycle(self, now: float) -> str | None:
         """Ranks that each wait to receive from the next (or each wait to send to the next)
@@ -115,6 +128,40 @@ class Watch:
                         "Post the receive before blocking on the send (irecv + isend, then "
                         "wait), or let even and odd ranks go in opposite orders")
         return None
+
+    def _collectives_stuck(self, now: float, results: dict[int, Any]) -> str | None:
+        """Every rank still running waits (for a while) in a collective or a receive that a
+        rank it needs has not posted: a member of the group has made fewer collectives on it,
+        or the peer has sent fewer messages to it. That rank is itself stuck, or has
+        returned, so nobody can move. (A wait in a send is not judged: gloo may complete a
+        send before its receive is posted.)"""
+        missing: dict[int, tuple[dict, int, int]] = {}  # rank -> (its state, whom, their count)
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            if rank in results or s.get("state") == "returned":
+                continue
+            if s.get("state") != "in" or not s.get("seq") or now - s.get("t", now) < SURE_HANG_S:
+                return None  # someone runs, or waits on something this rule cannot judge
+            if s.get("p2p"):
+                if _call(s) not in ("recv", "irecv"):
+                    return None
+                peer = s["group"][0]
+                need = [(peer, self.state(peer).get("posted", {}).get(f"send>{rank}", 0))]
+            else:
+                key = ",".join(map(str, s["group"]))
+                need = [(peer, self.state(peer).get("posted", {}).get(key, 0))
+                        for peer in s["group"] if peer != rank]
+            behind = [(peer, n) for peer, n in need if n < s["seq"]]
+            if not behind:
+                return None  # this wait can end
+            missing[rank] = (s, *behind[0])
+        if all(s.get("p2p") for s, _, _ in missing.values()):
+            return None  # messages only: the cycle rule (_p2p_cycle) says it better
+        lines = [_stuck_line(r, s, peer, n) for r, (s, peer, n) in sorted(missing.items())]
+        said = "; ".join(lines[:2]) + (f"; and {len(lines) - 2} more ranks (below)"
+                                       if len(lines) > 2 else "")
+        return (f"deadlock: {said}. Each waits for a call another rank never makes (the ranks "
+                "call collectives over different groups, or a different number of times)")
 
     def check(self, results: dict[int, Any], errors: list) -> None:
         if errors:

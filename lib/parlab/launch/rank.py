@@ -54,7 +54,7 @@ def _status_listener(status: Any):
             "group": list(range(dist.get_world_size())) if event.kind == "new_group"
             else list(event.group_ranks), "p2p": event.group_size == 2 and
             event.kind.replace("wait(", "").rstrip(")") in ("send", "recv", "isend", "irecv"),
-            "call": calls[0], "t": time.time(),
+            "call": calls[0], "seq": event.seq, "posted": comm.posted(), "t": time.time(),
         })
 
     return listener
@@ -138,7 +138,7 @@ def main(rank: int, world_size: int, backend: str, store_path: str, timeout: flo
             raise TypeError(
                 f"rank {rank} returned a {type(out).__name__} that cannot be sent back to "
                 f"the caller ({exc}); return tensors, numbers, lists or dicts") from exc
-        _publish(status, {"state": "returned", "t": time.time()})
+        _publish(status, {"state": "returned", "posted": comm.posted(), "t": time.time()})
         results.send_bytes(blob)
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
         _publish(status, {"state": "raised", "what": type(exc).__name__, "t": time.time()})
