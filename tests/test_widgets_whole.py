@@ -122,3 +122,24 @@ def test_step_trace_classifies_the_last_step_by_name():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["F0", "B0"]  # the last step only, labelled by micro-batch
     assert fig.axes[0].get_xlabel().startswith("milliseconds")
+
+
+@pytest.mark.parametrize("sizes", [dict(dp=2, pp=2, tp=4, gpus_per_node=4),  # 16 ranks
+                                   dict(dp=4, pp=4, tp=4, gpus_per_node=8),  # 64
+                                   dict(dp=2, pp=2, tp=2, gpus_per_node=2, cp=2)])
+def test_grid_figure_stays_readable_at_the_sizes_the_sliders_allow(sizes):
+    """Wider than a notebook's output, a figure is shrunk with its type: the grid wraps its
+    nodes into rows instead, and every label stays at least 7 pt (about 10 px)."""
+    from parlab.widgets.whole import MAX_WIDTH_IN, plot_grid
+
+    s = grid_summary(**sizes)
+    fig = plot_grid(s)
+    width, _ = fig.get_size_inches()
+    assert width <= MAX_WIDTH_IN, f"{width:.1f} in wide: a notebook shrinks it"
+    sizes_pt = [t.get_fontsize() for t in fig.axes[0].texts]
+    assert min(sizes_pt) >= 7, sorted(set(sizes_pt))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert all(str(r) in texts for r in range(s["world"]))  # every rank drawn
+    boxes = {(round(t.get_position()[0], 2), round(t.get_position()[1], 2))
+             for t in fig.axes[0].texts if t.get_text().isdigit()}
+    assert len(boxes) == s["world"], "two ranks drawn on the same spot"

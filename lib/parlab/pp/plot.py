@@ -77,9 +77,9 @@ def plot_timeline(result: SimResult, ax: Axes | None = None, *, title: str | Non
             groups.setdefault((s.action.kind, s.action.chunk), []).append(
                 (s.start * scale, (s.end - s.start) * scale))
             width = (s.end - s.start) * scale
-            if labels and width > end / 90 and (width > end / 45 or len(row) <= 40):
+            if labels and width > end / 60 and (width > end / 45 or len(row) <= 40):
                 ax.text(s.start * scale + width / 2, r, str(s.action.microbatch), ha="center",
-                        va="center", fontsize=7 if width > end / 45 else 5, color="white")
+                        va="center", fontsize=8 if width > end / 45 else 7, color="white")
         for (kind, chunk), bars in groups.items():
             ax.broken_barh(bars, (r - 0.4, 0.8), facecolors=_shade(COLOURS[kind], chunk,
                                                                     result.v),

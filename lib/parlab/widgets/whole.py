@@ -8,8 +8,9 @@ Same pattern as `parlab.widgets` (Explorer):
     grid_explorer(...) -> Explorer
 
 Every rank is a square labelled with its number and its (dp, pp, tp) coordinates (cp too when
-used), in a row inside the box of its node; ranks are consecutive in TP, then CP, then PP,
-then DP (`parlab.mesh`, TP innermost). A TP group is outlined (dashed where it is cut by a
+used), in a row inside the box of its node; nodes stand side by side, in as many rows as keep
+the figure within MAX_WIDTH_IN (wider, a notebook would shrink it and its labels). Ranks are
+consecutive in TP, then CP, then PP, then DP (`parlab.mesh`, TP innermost). A TP group is outlined (dashed where it is cut by a
 node boundary); PP and CP neighbours are joined by arcs above the row, DP neighbours by arcs
 below, solid when the two ranks share a node (NVLink), dashed when they do not (the network).
 The legend says, per axis, the link and how many nodes a group spans.
@@ -46,6 +47,8 @@ AXIS_COLOURS = {"tp": "black", "cp": "tab:purple", "pp": "tab:red", "dp": "tab:b
 TP_FILLS = ("#dbe9f6", "#fde2c8", "#d8f0d2", "#f2d7e6", "#e8e1f5", "#fff2b3", "#d9f2f2",
             "#f0e0d0")
 _GAP = 0.9  # space between node boxes, in rank squares
+MAX_WIDTH_IN = 9.5  # a notebook shows a figure this wide at its own size: no smaller type
+_INCH_PER_RANK = 0.75  # the width of one rank's square, so that its labels fit
 
 
 def grid_summary(dp: int, pp: int, tp: int, gpus_per_node: int, cp: int = 1) -> Summary:
@@ -77,10 +80,18 @@ def describe_grid(s: Summary) -> str:
             "consecutive ranks stays inside a node.")
 
 
-def _x(rank: int, s: Summary) -> float:
-    """Left edge of a rank's square: one row of ranks per node, nodes side by side."""
+def _per_row(s: Summary) -> int:
+    """Nodes side by side in one row of the figure: as many as fit MAX_WIDTH_IN."""
+    width = (MAX_WIDTH_IN - 1) / _INCH_PER_RANK  # in rank squares
+    return max(1, min(s["nodes"], int((width + _GAP) // (s["gpus_per_node"] + _GAP))))
+
+
+def _xy(rank: int, s: Summary) -> tuple[float, float]:
+    """Bottom left corner of a rank's square: one row of ranks per node, nodes side by side,
+    rows of nodes from the top down."""
     node, slot = divmod(rank, s["gpus_per_node"])
-    return node * (s["gpus_per_node"] + _GAP) + slot
+    row, col = divmod(node, _per_row(s))
+    return col * (s["gpus_per_node"] + _GAP) + slot, -row * s.get("row_height", 0.0)
 
 
 def _label(coords: dict[str, int], cp: bool) -> str:
@@ -89,49 +100,58 @@ def _label(coords: dict[str, int], cp: bool) -> str:
 
 
 def _arc(ax: Any, a: int, b: int, s: Summary, axis: str) -> None:
-    """A curved line from rank a to rank b: PP and CP above the row, DP below."""
-    xa, xb = _x(a, s) + 0.4, _x(b, s) + 0.4
+    """A curved line from rank a to rank b: PP and CP above the row, DP below; between two
+    rows of nodes, from the upper square's bottom to the lower one's top."""
+    (xa, ya), (xb, yb) = _xy(a, s), _xy(b, s)
     above = axis != "dp"
-    y = 0.8 if above else 0.0
+    if ya == yb:
+        y = 0.8 if above else 0.0
+        start, end, rad = (xa + 0.4, ya + y), (xb + 0.4, yb + y), -0.35 if above else 0.35
+    else:
+        (xt, yt), (xl, yl) = ((xa, ya), (xb, yb)) if ya > yb else ((xb, yb), (xa, ya))
+        start, end, rad = (xt + 0.4, yt), (xl + 0.4, yl + 0.8), 0.1
     same = a // s["gpus_per_node"] == b // s["gpus_per_node"]
-    ax.add_patch(FancyArrowPatch((xa, y), (xb, y), arrowstyle="-", mutation_scale=8,
-                                 connectionstyle=f"arc3,rad={-0.35 if above else 0.35}",
-                                 color=AXIS_COLOURS[axis], lw=1.5, ls="-" if same else "--"))
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-", mutation_scale=8,
+                                 connectionstyle=f"arc3,rad={rad}", color=AXIS_COLOURS[axis],
+                                 lw=1.5, ls="-" if same else "--"))
 
 
 def plot_grid(s: Summary) -> Figure:
     """Nodes, ranks with coordinates, TP groups outlined, PP/CP/DP groups joined by arcs."""
-    g = s["gpus_per_node"]
-    span = s["nodes"] * (g + _GAP) - _GAP
+    g, per_row = s["gpus_per_node"], _per_row(s)
+    span = per_row * (g + _GAP) - _GAP
 
     def reach(axes: tuple[str, ...]) -> float:  # how far the widest arc bends (rad 0.35)
         pairs = [(a, b) for axis in axes for line in s["groups"].get(axis, [])
                  for a, b in zip(line, line[1:], strict=False)]
-        return max((0.18 * abs(_x(b, s) - _x(a, s)) for a, b in pairs), default=0.0)
+        return max((0.18 * abs(_xy(b, s)[0] - _xy(a, s)[0]) for a, b in pairs), default=0.0)
 
     low, high = -max(1.2, 0.3 + reach(("dp",))), max(1.9, 1.1 + reach(("pp", "cp")))
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.75 * span + 1), 1.0 + 0.75 * (high - low)),
-                           layout="constrained")
+    s = {**s, "row_height": high - low}
+    rows = math.ceil(s["nodes"] / per_row)
+    fig, ax = plt.subplots(figsize=(max(6.5, _INCH_PER_RANK * span + 1),
+                                    1.0 + 0.75 * (high - low) * rows), layout="constrained")
     for node in range(s["nodes"]):
-        x0 = _x(node * g, s)
-        ax.add_patch(FancyBboxPatch((x0 - 0.25, -0.35), g + 0.3, 1.5, boxstyle="round,pad=0.05",
-                                    fc="#f4f4f4", ec="grey", lw=1))
-        ax.text(x0 - 0.2, 1.0, f"node {node}", ha="left", fontsize=8, color="grey")
+        x0, y0 = _xy(node * g, s)
+        ax.add_patch(FancyBboxPatch((x0 - 0.25, y0 - 0.35), g + 0.3, 1.5,
+                                    boxstyle="round,pad=0.05", fc="#f4f4f4", ec="grey", lw=1))
+        ax.text(x0 - 0.2, y0 + 1.0, f"node {node}", ha="left", fontsize=8, color="grey")
     tp_lines = s["groups"].get("tp", [[r["rank"]] for r in s["ranks"]])
     tp_of = {r: i for i, line in enumerate(tp_lines) for r in line}
     for r in s["ranks"]:
-        x = _x(r["rank"], s)
-        ax.add_patch(Rectangle((x, 0), 0.8, 0.8, fc=TP_FILLS[tp_of[r["rank"]] % len(TP_FILLS)],
+        x, y = _xy(r["rank"], s)
+        ax.add_patch(Rectangle((x, y), 0.8, 0.8, fc=TP_FILLS[tp_of[r["rank"]] % len(TP_FILLS)],
                                ec="grey", lw=0.8))
-        ax.text(x + 0.4, 0.55, str(r["rank"]), ha="center", va="center", fontsize=10,
+        ax.text(x + 0.4, y + 0.55, str(r["rank"]), ha="center", va="center", fontsize=10,
                 weight="bold")
-        ax.text(x + 0.4, 0.22, _label(r["coords"], s["cp"] > 1), ha="center", va="center",
-                fontsize=6.5)
+        ax.text(x + 0.4, y + 0.22, _label(r["coords"], s["cp"] > 1), ha="center",
+                va="center", fontsize=7 if s["cp"] > 1 else 8)
     if "tp" in s["groups"]:
         for line in tp_lines:
             for node in sorted({r // g for r in line}):  # one outline per node it touches
                 part = [r for r in line if r // g == node]
-                ax.add_patch(Rectangle((_x(part[0], s) - 0.08, -0.08), len(part) - 0.04, 0.96,
+                x, y = _xy(part[0], s)
+                ax.add_patch(Rectangle((x - 0.08, y - 0.08), len(part) - 0.04, 0.96,
                                        fill=False, ec="black", lw=1.6,
                                        ls="-" if len(part) == len(line) else "--"))
     for axis in ("pp", "cp", "dp"):
@@ -149,7 +169,7 @@ def plot_grid(s: Summary) -> Figure:
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2,
                   fontsize=8, frameon=False)
     ax.set_xlim(-0.6, span + 0.3)
-    ax.set_ylim(low, high)
+    ax.set_ylim(low - (rows - 1) * s["row_height"], high)
     ax.set_aspect("equal")
     ax.axis("off")
     names = "(dp,pp,cp,tp)" if s["cp"] > 1 else "(dp,pp,tp)"
