@@ -11,8 +11,9 @@ Every rank is a square labelled with its number and its (dp, pp, tp) coordinates
 used), in a row inside the box of its node; nodes stand side by side, in as many rows as keep
 the figure within MAX_WIDTH_IN (wider, a notebook would shrink it and its labels). Ranks are
 consecutive in TP, then CP, then PP, then DP (`parlab.mesh`, TP innermost). A TP group is
-outlined (dashed where it is cut by a node boundary); PP and CP neighbours are joined by arcs above the row, DP neighbours by arcs
-below, solid when the two ranks share a node (NVLink), dashed when they do not (the network).
+outlined (dashed where it is cut by a node boundary); PP and CP neighbours are joined by arcs
+above the row, DP neighbours by arcs below, solid when the two ranks share a node (NVLink),
+dashed when they do not (the network).
 The legend says, per axis, the link and how many nodes a group spans.
 
     memory_summary_3d(tp, pp, cp, micro_batch, strategy, recompute, model=..., cluster=...,
