@@ -5,7 +5,8 @@ its rows of the float64 reference forward, against autograd through full softmax
 (float64, rtol 1e-10), for contiguous, striped and zigzag positions, causal and not, with
 N = 6 tokens per rank. It stands on its own: the forward's out and lse are the reference's,
 and the block gradients come from the given `block_attention_backward`. Point-to-point calls
-only, each to the right neighbour with a tensor like K (checked before the call is made);
+only, each to the right neighbour with K's dtype and one to four blocks (a block travels with
+its accumulators in one message or in several; `Recorder`, before the call is made);
 every input unchanged after the call; parlab's ring functions refused while it runs.
 """
 

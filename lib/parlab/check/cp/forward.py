@@ -5,7 +5,9 @@ zigzag positions, non-causal then causal (float64, 1e-10), then causal with larg
 float32 (1e-4), with N = 6 tokens per rank. The learner's ring uses the learner's merge from
 exercise 1, so a failure there is named first (`exercise(needs=...)`). Watched from outside
 (`parlab.check.cp.ranks.Recorder`): only isend/irecv (or send/recv), each to the right
-neighbour with a tensor like K, checked before the call is made; q, k, v and pos unchanged
+neighbour with K's dtype and one to four blocks' worth of elements (K alone, or blocks packed
+together), each send as large as the receive at the same place in the rank's order, checked
+before the call is made; q, k, v and pos unchanged
 after the call; and the overlap: every compute phase but the last must run while a receive
 is in flight. parlab's ring functions are refused while the learner's ring runs.
 """

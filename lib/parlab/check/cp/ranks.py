@@ -18,6 +18,7 @@ the inputs compared after it, the result's arity checked.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,6 +78,8 @@ class Recorder:
         self.events: list[tuple] = []
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.shape, self.dtype = tuple(like.shape), str(like.dtype).replace("torch.", "")
+        self.sent: list[int] = []  # elements of each message posted to the right, in order
+        self.received: list[int] = []  # ... and from the left
         self.where, self.what = where, what
         self._mode = _ComputeWatch(self._compute)
 
@@ -97,12 +100,35 @@ class Recorder:
                  f"{(rank + 1) % world} and receives from {(rank - 1) % world}. (On 2 ranks "
                  "both neighbours are one rank, which is why this shows from 3 ranks on.)",
                  rank=rank, hint=NEIGHBOURS)
-        if (event.dtype, tuple(event.shape)) != (self.dtype, self.shape):
-            fail(f"{where} called dist.{event.kind} with rank {peer} on a {event.dtype} tensor "
-                 f"of shape {tuple(event.shape)}, but the blocks are {self.dtype} of shape "
-                 f"{self.shape} (K's). Stopped before the exchange: gloo cannot match tensors "
-                 "of different sizes (the receiving process aborts and its peer reads "
-                 "'Connection reset by peer')", rank=rank, hint=BUFFER)
+        self._buffer(event, sends, peer)
+
+    def _buffer(self, event: Any, sends: bool, peer: int | None) -> None:
+        """A message holds K's dtype and one to four blocks' worth of elements (a block, or
+        blocks packed together: K and V, their accumulators); its size equals that of the
+        message this rank posts the other way at the same place in its order (what gloo
+        needs: a sender and its receiver agree on the size). Stopped before the exchange."""
+        where, rank = f"{self.where}: {self.what}", self.rank
+        n, block = math.prod(event.shape), math.prod(self.shape)
+        said = (f"{where} called dist.{event.kind} with rank {peer} on a {event.dtype} tensor "
+                f"of shape {tuple(event.shape)}")
+        if event.dtype != self.dtype:
+            fail(f"{said}, but the blocks are {self.dtype} (K's dtype). Stopped before the "
+                 "exchange", rank=rank, hint=BUFFER)
+        if n == 0 or n % block or n // block > 4:
+            fail(f"{said}: not a whole number of blocks of shape {self.shape} (K's), one to "
+                 "four of them. Stopped before the exchange", rank=rank,
+                 hint="send K's blocks (or K, V and their accumulators packed together); "
+                      "receive into a buffer of the same shape")
+        mine, theirs = (self.sent, self.received) if sends else (self.received, self.sent)
+        mine.append(n)
+        if len(mine) <= len(theirs) and theirs[len(mine) - 1] != n:
+            other = theirs[len(mine) - 1]
+            fail(f"{said} ({n // block} block(s)) as its message #{len(mine)} that way, but "
+                 f"its message #{len(mine)} the other way holds {other // block}: a sender "
+                 "and its receiver must agree on the size (gloo aborts the receiving process "
+                 "and its peer reads 'Connection reset by peer'). Stopped before the exchange",
+                 rank=rank, hint="receive into a buffer shaped like what is sent: if you "
+                 "pack blocks together to send them, receive the packed shape too")
 
     def _comm(self, phase: str, event: Any) -> None:
         if phase != "start":
