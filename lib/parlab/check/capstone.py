@@ -75,10 +75,11 @@ class Run(NamedTuple):
                 f"× TP {self.tp} (batch {self.batch})")
 
 
-RUNS = {"visible": [Run("adamw", 2, 2, 8, 12)],
+RUNS = {"visible": [Run("adamw", 2, 2, 8, 12), Run("sgd", 1, 4, 4, 2)],
         "hidden": [Run("sgd", 2, 2, 8, 4), Run("adamw", 3, 2, 6, 2)]}
 """What check_capstone runs: the visible test, and (quiet=True, the hidden test, which runs
-right after the visible one in the same cell) the hidden runs only."""
+right after the visible one in the same cell) the hidden runs only. Both vary dp and tp
+(the exercise leaves them free): an answer that hard-codes one fails the visible test."""
 
 
 def _references() -> list[Callable[..., Any]]:
@@ -183,8 +184,9 @@ def _train_probe(train: Callable[..., list], cfg: Any, run: Run) -> dict[str, An
     tp_group, dp_group = (tuple(mesh.group_of(a, rank)) for a in ("tp", "dp"))
     refuse_in_rank(_references(), REFUSAL)
     with optimizer(run.kind), comm.trace() as tr:
-        losses = call_learner("train_dp_tp", lambda: train(
-            cfg, run.steps, dp=run.dp, tp=run.tp, batch_size=run.batch, lr=run.lr))
+        losses = call_learner(f"train_dp_tp with {run.describe()}", lambda: train(
+            cfg, run.steps, dp=run.dp, tp=run.tp, batch_size=run.batch, lr=run.lr),
+            hint=None if (run.dp, run.tp) == (2, 2) else _sizes_hint(run))
     activation = (run.batch // run.dp, cfg.seq, cfg.hidden)
     tp_acts = sum(1 for e in tr.events if e.kind == "all_reduce"
                   and tuple(e.group_ranks) == tp_group and tuple(e.shape) == activation)
@@ -204,6 +206,12 @@ def _shard_params(cfg: Any, tp: int) -> int:
     return total - blocks + norms + (blocks - norms) // tp
 
 
+def _sizes_hint(run: Run) -> str:
+    return (f"this run has DP {run.dp} × TP {run.tp}: take every size from the arguments "
+            "(dp_rank = rank // tp, b = batch_size // dp, the loss divided by dp), never a "
+            "fixed 2")
+
+
 def _compare(losses: Any, reference: list[float], run: Run) -> None:
     from parlab.capstone.train import TOLERANCE
 
@@ -217,12 +225,10 @@ def _compare(losses: Any, reference: list[float], run: Run) -> None:
             hint = ("see the list of steps in the exercise: the usual culprits are a missing "
                     "sync_gradients, both DP ranks on the same rows, or a loss that is not "
                     "averaged over the DP group")
-            if run.kind == "sgd":
+            if (run.dp, run.tp) != (2, 2):
+                hint = _sizes_hint(run) + "; " + hint
+            elif run.kind == "sgd":
                 hint = AVERAGE + " (under SGD a summed gradient doubles every step)"
-            elif run.dp != 2:
-                hint = (f"this run has DP {run.dp} × TP {run.tp}: take every size from the "
-                        "arguments (dp_rank = rank // tp, b = batch_size // dp, the loss "
-                        "divided by dp), never a fixed 2; " + hint)
             fail(f"train_dp_tp with {run.describe()}, step {step}: loss {float(got):.6f}, "
                  f"single device {want:.6f}, difference {abs(float(got) - want):.2e} > "
                  f"tolerance {TOLERANCE:g}", hint=hint)
