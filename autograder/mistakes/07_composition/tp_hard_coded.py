@@ -4,6 +4,8 @@ rank // 2 picks are not there.
 
 Replaces train_dp_tp (the capstone exercise)."""
 
+# ruff: noqa: F821 - the names come from the notebook's imports cell
+
 CAUGHT_BY = {"check_capstone": "DP 1 × TP 4"}
 
 
