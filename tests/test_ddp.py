@@ -74,7 +74,8 @@ def _ddp_worker(micro: int) -> dict:
     comm.remove_listener(listener)
     reference = _model()
     nn.functional.mse_loss(reference(x), y).backward()  # the whole batch, one process
-    return {"during_no_sync": during_no_sync, "kinds": {k for k, _ in calls},
+    return {"during_no_sync": during_no_sync, "kinds": {k for k, _ in calls if "wait(" not in k},
+            "waits": {k for k, _ in calls if "wait(" in k},
             "first_call": min(t for _, t in calls), "backward_done": backward_done,
             "stats_first": stats.first_start, "buckets": len(ddp.buckets),
             "diff": max((p.grad - q.grad).abs().max().item()
@@ -88,6 +89,7 @@ def test_averaged_gradients_equal_the_whole_batch(world, micro):
     for r in run(_ddp_worker, world, micro):
         assert r["diff"] < 1e-6, r
         assert r["kinds"] == {"all_reduce"}
+        assert r["waits"] == {"wait(all_reduce)"}  # finish() waits on the async all-reduces
         assert r["during_no_sync"] == 0  # accumulation micro-batches did not communicate
 
 

@@ -88,8 +88,7 @@ def _per_row(s: Summary) -> int:
 
 
 def _xy(rank: int, s: Summary) -> tuple[float, float]:
-    """Bottom left corner of a rank's square: one row of ranks per node, nodes side by side,
-    rows of nodes from the top down."""
+    """Bottom left corner of a rank's square: nodes side by side, rows of nodes downwards."""
     node, slot = divmod(rank, s["gpus_per_node"])
     row, col = divmod(node, _per_row(s))
     return col * (s["gpus_per_node"] + _GAP) + slot, -row * s.get("row_height", 0.0)
@@ -101,8 +100,7 @@ def _label(coords: dict[str, int], cp: bool) -> str:
 
 
 def _arc(ax: Any, a: int, b: int, s: Summary, axis: str) -> None:
-    """A curved line from rank a to rank b: PP and CP above the row, DP below; between two
-    rows of nodes, from the upper square's bottom to the lower one's top."""
+    """A curved line from rank a to rank b: PP, CP above the row, DP below; row to row."""
     (xa, ya), (xb, yb) = _xy(a, s), _xy(b, s)
     above = axis != "dp"
     if ya == yb:
