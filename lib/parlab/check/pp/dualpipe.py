@@ -88,6 +88,20 @@ def _warmup_hint(got: Sequence[Any], r: int, p: int) -> str | None:
             "2's first F0")
 
 
+def _phase_hint(phases: Sequence[int], i: int) -> str:
+    """What the comparison establishes about a first difference at position i: inside a
+    phase, that phase is off; where one phase ends and the next begins, the first may have
+    run too long, a phase with no actions for this rank may have run, or the next may start
+    wrong, so all of them are named."""
+    if not i or phases[i] == phases[i - 1]:
+        return PHASE_HINTS[phases[i]]
+    named = range(phases[i - 1], phases[i] + 1)
+    empty = list(named[1:-1])
+    return (f"position {i} is where phase {phases[i - 1]} ends and phase {phases[i]} begins"
+            + (f" (phase {', '.join(map(str, empty))} has no actions here)" if empty else "")
+            + ": " + "; ".join(PHASE_HINTS[k] for k in named))
+
+
 def _first_difference(got: Sequence[Any], want: Sequence[Any], r: int, p: int, m: int
                       ) -> tuple[str, str] | None:
     phases = dualpipe.dualpipe_v_phases(r, p, m)
@@ -95,7 +109,7 @@ def _first_difference(got: Sequence[Any], want: Sequence[Any], r: int, p: int, m
         if a != b:
             warmup = _warmup_hint(got, r, p) if phases[i] <= 2 else None
             return (f"rank {r}, position {i}: expected {b}, got {a} (phase {phases[i]} of the "
-                    "order)", warmup or PHASE_HINTS[phases[i]])
+                    "order)", warmup or _phase_hint(phases, i))
     if len(got) != len(want):
         i = min(len(got), len(want))
         phase = phases[min(i, len(phases) - 1)]
