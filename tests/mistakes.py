@@ -33,10 +33,10 @@ from conftest import ROOT
 
 from parlab.check import CheckFailed
 from parlab.grading import grade_id, is_answer_cell
+from parlab.grading.verify.source import split_hidden
 from parlab.launch import RankError
 
 DELIMITER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
-HIDDEN_TESTS = "### BEGIN HIDDEN TESTS"
 VISIBLE = "visible:"  # a run of a test cell's visible part, any failure (Table.runs)
 _counter = itertools.count()
 Check = Callable[[types.ModuleType, int], object]  # run one check on a learner's namespace
@@ -64,34 +64,29 @@ def learner_namespace(notebook: Path, *overlays: str, answers: int) -> types.Mod
     return module
 
 
+@functools.cache
+def _test_cells(notebook: Path) -> dict[str, str]:
+    """Grade id -> source (hidden tests included) of every graded cell of the notebook."""
+    return {str(grade_id(c)): c.source for c in nbformat.read(notebook, as_version=4).cells
+            if grade_id(c)}
+
+
 def cell_source(notebook: Path, gid: str) -> str:
     """The source of the notebook's test cell `gid`, hidden tests included."""
-    cells = [c for c in nbformat.read(notebook, as_version=4).cells if grade_id(c) == gid]
-    assert len(cells) == 1, f"no test cell {gid}"
-    return cells[0].source
+    cells = _test_cells(notebook)
+    assert gid in cells, f"no test cell {gid}"
+    return cells[gid]
 
 
-
-def hidden(module: str, gid: str) -> Check:
-    """A check that runs the solutions notebook's test cell `gid` as the grader does."""
+def hidden(module: str, gid: str, *, visible_only: bool = False) -> Check:
+    """A check that runs the solutions notebook's test cell `gid` as the grader does; with
+    `visible_only`, the part a learner's release holds (what standing() and Validate run)."""
     notebook = ROOT / "solutions" / module / f"{module}.ipynb"
 
     def run(ns: types.ModuleType, t: int) -> None:
-        exec(compile(cell_source(notebook, gid), f"<{gid}>", "exec"), ns.__dict__)
-    return run
-
-
-def visible_source(notebook: Path, gid: str) -> str:
-    """The part of test cell `gid` a learner's release holds: what standing() and Validate run."""
-    return cell_source(notebook, gid).split(HIDDEN_TESTS)[0]
-
-
-def visible(module: str, gid: str) -> Check:
-    """A check that runs the visible part of the solutions notebook's test cell `gid`."""
-    notebook = ROOT / "solutions" / module / f"{module}.ipynb"
-
-    def run(ns: types.ModuleType, t: int) -> None:
-        exec(compile(visible_source(notebook, gid), f"<{gid}, visible>", "exec"), ns.__dict__)
+        source = cell_source(notebook, gid)
+        source = split_hidden(source)[0] if visible_only else source
+        exec(compile(source, f"<{gid}>", "exec"), ns.__dict__)
     return run
 
 
@@ -168,16 +163,15 @@ class Table:
     def check(self, name: str) -> Check:
         """The check CAUGHT_BY names, or `visible:<grade id>`: that test cell's visible part."""
         if name.startswith(VISIBLE):
-            return visible(self.module, name.removeprefix(VISIBLE))
+            return hidden(self.module, name.removeprefix(VISIBLE), visible_only=True)
         return self.checks[name]
 
     def test_cell(self, check: str) -> str:
         """The grade id of the test cell whose visible part calls `check` (or `hidden:<id>`'s)."""
         if check.startswith("hidden:"):
             return check.removeprefix("hidden:")
-        nb = nbformat.read(self.notebook, as_version=4)
-        gids = [grade_id(c) for c in nb.cells if c.cell_type == "code" and grade_id(c)
-                and f"{check}(" in c.source.split(HIDDEN_TESTS)[0]]
+        gids = [gid for gid, source in _test_cells(self.notebook).items()
+                if f"{check}(" in split_hidden(source)[0]]
         assert len(gids) == 1, f"{check}: called by the visible part of test cells {gids}"
         return gids[0]
 

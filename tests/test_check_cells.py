@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT
 
 from parlab.grading import grade_id
+from parlab.grading.verify.source import split_hidden
 
 NOTEBOOKS = sorted((ROOT / "course").glob("*/*.ipynb"))
 
@@ -37,7 +38,7 @@ def test_a_passing_check_does_not_echo_its_value(notebook: Path) -> None:
     for cell in nb.cells:
         if cell.cell_type != "code" or not grade_id(cell) or "check" not in cell.source:
             continue
-        visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+        visible = split_hidden(cell.source)[0]
         if _code_lines(visible)[-1:] and _code_lines(visible)[-1].endswith(";"):
             continue  # IPython shows no Out[] for a cell ending with ";"
         body = ast.parse(visible).body

@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,14 +79,21 @@ def posted() -> dict[str, int]:
     return dict(_posted)
 
 
+def posted_key(kind: str, ranks: Sequence[int]) -> str | None:
+    """Where posted() counts a call of `kind` on the group `ranks` (for point-to-point, the
+    peer); None for calls it does not count."""
+    if kind in _COLLECTIVES and ranks:
+        return ",".join(map(str, ranks))
+    if kind in _P2P and ranks:
+        return f"send>{ranks[0]}" if kind in ("send", "isend") else f"recv<{ranks[0]}"
+    return None
+
+
 def _count(kind: str, ranks: tuple[int, ...]) -> int:
     """The how-many-th call of its kind on its group (or toward its peer) this one is; 0 for
     calls that are not counted."""
-    if kind in _COLLECTIVES and ranks:
-        key = ",".join(map(str, ranks))
-    elif kind in _P2P and ranks:
-        key = f"send>{ranks[0]}" if kind in ("send", "isend") else f"recv<{ranks[0]}"
-    else:
+    key = posted_key(kind, ranks)
+    if key is None:
         return 0
     _posted[key] = _posted.get(key, 0) + 1
     return _posted[key]

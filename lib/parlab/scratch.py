@@ -49,11 +49,13 @@ def _sweep(root: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def scratch_dir(name: str) -> Path:
+def scratch_dir(name: str, *, at_exit: bool = True) -> Path:
     """A new empty folder for this process's `name` (traces, checkpoints, ...), removed when
-    the process exits."""
+    the process exits; `at_exit=False` for a caller that removes it itself (the launcher's
+    run folders: one per run, in a kernel that may make thousands)."""
     root = scratch_root()
     _sweep(root)
     path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{name}-", dir=root))
-    atexit.register(shutil.rmtree, path, True)
+    if at_exit:
+        atexit.register(shutil.rmtree, path, True)
     return path

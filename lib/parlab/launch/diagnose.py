@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+from parlab.comm import posted_key
 from parlab.launch.errors import CollectiveTimeout
 
 STARTUP_S = 60.0  # joining the group and unpickling fn (which imports its module) is not
@@ -111,7 +112,7 @@ class Watch:
         waits: dict[int, tuple[str, int]] = {}  # rank -> (direction, peer)
         for rank in range(len(self.statuses)):
             s = self.state(rank)
-            kind = s.get("kind", "").replace("wait(", "").rstrip(")")
+            kind = _call(s)
             if (s.get("state") == "in" and s.get("p2p") and len(s.get("group", [])) == 1
                     and now - s.get("t", now) >= P2P_CYCLE_S):
                 waits[rank] = ("recv" if kind in ("recv", "irecv") else "send", s["group"][0])
@@ -129,6 +130,10 @@ class Watch:
                         "wait), or let even and odd ranks go in opposite orders")
         return None
 
+    def _posted(self, rank: int, kind: str, ranks: list[int]) -> int:
+        """How many calls of `kind` on `ranks` (or toward that peer) `rank` has posted."""
+        return self.state(rank).get("posted", {}).get(posted_key(kind, ranks), 0)
+
     def _collectives_stuck(self, now: float, results: dict[int, Any]) -> str | None:
         """Every rank still running waits (for a while) in a collective or a receive that a
         rank it needs has not posted: a member of the group has made fewer collectives on it,
@@ -145,11 +150,10 @@ class Watch:
             if s.get("p2p"):
                 if _call(s) not in ("recv", "irecv"):
                     return None
-                peer = s["group"][0]
-                need = [(peer, self.state(peer).get("posted", {}).get(f"send>{rank}", 0))]
+                peer = s["group"][0]  # its sends to this rank, against this receive
+                need = [(peer, self._posted(peer, "send", [rank]))]
             else:
-                key = ",".join(map(str, s["group"]))
-                need = [(peer, self.state(peer).get("posted", {}).get(key, 0))
+                need = [(peer, self._posted(peer, _call(s), s["group"]))
                         for peer in s["group"] if peer != rank]
             behind = [(peer, n) for peer, n in need if n < s["seq"]]
             if not behind:

@@ -139,7 +139,8 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     backend, gpus = devices.placement(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()
-    workdir = str(scratch_dir("run"))  # swept by the next run if this process is killed
+    # removed below; swept by a later run if this process is killed before it can
+    workdir = str(scratch_dir("run", at_exit=False))
     procs: list[Any] = []
     lifelines: list[Any] = []
     try:

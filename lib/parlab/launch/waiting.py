@@ -37,7 +37,6 @@ class WaitingLine:
         self.enabled = _in_kernel() if enabled is None else enabled
         self.shown_at = 0.0
         self.handle: Any = None
-        self.lines: list[str] = []  # what was shown, for tests
 
     def text(self, waiting: int, world: int, doing: str) -> str:
         elapsed = time.monotonic() - self.started
@@ -49,9 +48,7 @@ class WaitingLine:
         if not self.enabled or now - self.started < SHOW_AFTER_S or now - self.shown_at < EVERY_S:
             return
         self.shown_at = now
-        line = self.text(waiting, world, doing())
-        self.lines.append(line)
-        self._display(line)
+        self._display(self.text(waiting, world, doing()))
 
     def close(self) -> None:
         if self.handle is not None:
