@@ -30,6 +30,7 @@ from parlab.widgets import (  # noqa: E402
     memory_summary_3d,
 )
 
+NOTEBOOK_WIDTH_IN = 9.8  # JupyterLab's output area at 100 dpi (about 980 px): wider is shrunk
 MODEL = plan.Model("70B test model", 70e9, layers=80, hidden=8192, heads=64, seq=8192,
                    vocab=128256)
 
@@ -129,15 +130,15 @@ def test_step_trace_classifies_the_last_step_by_name():
                                    dict(dp=2, pp=2, tp=2, gpus_per_node=2, cp=2)])
 def test_grid_figure_stays_readable_at_the_sizes_the_sliders_allow(sizes):
     """Wider than a notebook's output, a figure is shrunk with its type: the grid wraps its
-    nodes into rows instead, and every label stays at least 7 pt (about 10 px)."""
-    from parlab.widgets.whole import MAX_WIDTH_IN, plot_grid
+    nodes into rows instead, and every label stays at least 7 pt (about 10 px) as shown."""
+    from parlab.widgets.whole import plot_grid
 
     s = grid_summary(**sizes)
     fig = plot_grid(s)
     width, _ = fig.get_size_inches()
-    assert width <= MAX_WIDTH_IN, f"{width:.1f} in wide: a notebook shrinks it"
-    sizes_pt = [t.get_fontsize() for t in fig.axes[0].texts]
-    assert min(sizes_pt) >= 7, sorted(set(sizes_pt))
+    shrink = min(1.0, NOTEBOOK_WIDTH_IN / width)  # what JupyterLab does to a wider image
+    shown = [t.get_fontsize() * shrink for t in fig.axes[0].texts]
+    assert min(shown) >= 7, f"{width:.1f} in wide: labels shown at {min(shown):.1f} pt"
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert all(str(r) in texts for r in range(s["world"]))  # every rank drawn
     boxes = {(round(t.get_position()[0], 2), round(t.get_position()[1], 2))
