@@ -207,9 +207,9 @@ def _shard_params(cfg: Any, tp: int) -> int:
 
 
 def _sizes_hint(run: Run) -> str:
-    return (f"this run has DP {run.dp} × TP {run.tp}: take every size from the arguments "
-            "(dp_rank = rank // tp, b = batch_size // dp, the loss divided by dp), never a "
-            "fixed 2")
+    return (f"DP 2 × TP 2 passed and DP {run.dp} × TP {run.tp} does not, so something "
+            "depends on the sizes: take every size from the arguments (dp_rank = rank // tp, "
+            "b = batch_size // dp, the loss divided by dp), never a fixed 2")
 
 
 def _compare(losses: Any, reference: list[float], run: Run) -> None:

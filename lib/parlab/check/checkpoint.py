@@ -146,7 +146,13 @@ def _shape_hint(case: Case, got: tuple[int, ...], key: str, weight_ok: bool) -> 
                 f"({shape[dim]} / t_new = {t_new}): new piece r is entries r·{m} up to, not "
                 f"including, (r+1)·{m}, and its overlap with old piece k runs from "
                 "max(new start, old start) up to, not including, min(new end, old end)")
-    return f"cut along dim {dim}, the dim TP split (not dim {other}), into {t_new} equal pieces"
+    want = list(shape)
+    want[dim] //= t_new
+    if len(got) == len(shape) and got[other] != shape[other]:  # it changed the other dim
+        return (f"cut along dim {dim}, the dim TP split (not dim {other}), into {t_new} equal "
+                "pieces")
+    return (f"new piece r is the whole tensor {tuple(shape)} cut along dim {dim} into "
+            f"{t_new} equal pieces of shape {tuple(want)}; yours is {tuple(got)}")
 
 
 def _compare(case: Case, got: Any, want: list[dict[str, Tensor]]) -> None:
