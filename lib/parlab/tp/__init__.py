@@ -8,6 +8,9 @@
 - `attention`: `TPAttention` (split by heads), `TPBlock`, `heads_first_qkv`.
 - `sequence`: dropout on sequence shards, the LayerNorm-gradient all-reduce, SP bytes.
 - `block`: a layer with hidden dropout, `DropoutBlock` (one device) and `SPBlock` (TP + SP).
+- `vocab`: the vocabulary split over the group: `VocabParallelEmbedding`,
+  `vocab_parallel_cross_entropy` (the loss without gathering the logits), `padded_vocab_size`
+  (Megatron-LM's padding) and the bytes of the logits against those of the loss.
 """
 
 from parlab.tp.attention import TPAttention, TPBlock, heads_first_qkv
@@ -34,6 +37,15 @@ from parlab.tp.sequence import (
     sequence_parallel_dropout,
     sp_bytes_per_layer,
 )
+from parlab.tp.vocab import (
+    VocabParallelEmbedding,
+    gathered_logits_bytes,
+    logits_bytes,
+    padded_vocab_size,
+    vocab_parallel_cross_entropy,
+    vocab_parallel_loss_bytes,
+    vocab_range,
+)
 
 __all__ = [
     "tp_rank_and_size", "divisible", "copy_to_tp_region", "reduce_from_tp_region",
@@ -42,5 +54,7 @@ __all__ = [
     "scatter_to_sequence_parallel_region", "ColumnParallelLinear", "RowParallelLinear", "TPMLP",
     "heads_first_qkv", "TPAttention", "TPBlock", "dropout_keep_mask", "hidden_dropout",
     "sequence_parallel_dropout", "allreduce_sequence_parallel_grads", "column_shard", "row_shard",
-    "sp_bytes_per_layer", "DropoutBlock", "SPBlock",
+    "sp_bytes_per_layer", "DropoutBlock", "SPBlock", "VocabParallelEmbedding",
+    "vocab_parallel_cross_entropy", "padded_vocab_size", "vocab_range", "logits_bytes",
+    "vocab_parallel_loss_bytes", "gathered_logits_bytes",
 ]
