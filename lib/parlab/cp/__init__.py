@@ -13,9 +13,21 @@
 - `ulysses`: Ulysses (DeepSpeed-Ulysses): an all-to-all from sequence shards to head shards,
   attention over the whole sequence, an all-to-all back (`seq_to_heads`, `heads_to_seq`,
   `ulysses_attention`); `check_heads` enforces the cap at the head count.
-- `compare`: ring against Ulysses, bytes and exposed time per layer (`attention_comm`).
+- `allgather`: Llama 3's all-gather context parallelism: K and V all-gathered in position
+  order (`gather_from_context_parallel_region`, backward a reduce-scatter), each rank's queries
+  against every key under a document-and-causal mask (`allgather_attention`, `document_ids`,
+  `document_mask`).
+- `compare`: ring against Ulysses, bytes and exposed time per layer (`attention_comm`); the
+  all-gather's bytes (`allgather_bytes_per_layer`) and each scheme's K/V memory
+  (`kv_bytes_held`).
 """
 
+from parlab.cp.allgather import (
+    allgather_attention,
+    document_ids,
+    document_mask,
+    gather_from_context_parallel_region,
+)
 from parlab.cp.blocks import (
     accum_dtype,
     block_attention,
@@ -24,7 +36,13 @@ from parlab.cp.blocks import (
     full_attention,
     merge_partials,
 )
-from parlab.cp.compare import CP_KINDS, attention_comm, ring_bytes_per_layer
+from parlab.cp.compare import (
+    CP_KINDS,
+    allgather_bytes_per_layer,
+    attention_comm,
+    kv_bytes_held,
+    ring_bytes_per_layer,
+)
 from parlab.cp.fused import fused_attention, fused_attention_backward
 from parlab.cp.layout import (
     LAYOUTS,
@@ -69,5 +87,6 @@ __all__ = [
     "measure_work", "plot_timelines", "check_heads", "seq_to_heads", "heads_to_seq",
     "UlyssesAttention", "ulysses_attention", "ulysses_attention_forward", "CP_KINDS",
     "attention_comm", "ring_bytes_per_layer", "RingTrace", "trace_ring",
-    "plot_ring_trace",
+    "plot_ring_trace", "document_ids", "document_mask", "gather_from_context_parallel_region",
+    "allgather_attention", "allgather_bytes_per_layer", "kv_bytes_held",
 ]
