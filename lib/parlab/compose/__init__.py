@@ -29,6 +29,8 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
 - `shards` (module 09): `ShardSpec`, `shard_specs` (which piece of which single-device tensor
   each parameter is), `rank_mesh`, `placements`, `as_dtensor`, `chunk_rows`, `reshard_pieces`
   (one tensor's t pieces to t' pieces, by their overlaps, as a DCP load reads them).
+- `clip`: `clip_grad_norm_` (the single device's global gradient norm and clipping, each piece
+  of each tensor counted once across TP, PP, EP and the dp·cp copies), `owns`.
 - `zero_layout`: ZeRO-1's flat slices <-> per-parameter dim-0 chunks (`to_chunks`,
   `from_chunks`), the form a checkpoint reshards.
 - `checkpoint`: `state_dict`, `save_state`, `load_state` (torch.distributed.checkpoint on any
@@ -44,6 +46,7 @@ from parlab.compose.checkpoint import (
     save_state,
     state_dict,
 )
+from parlab.compose.clip import clip_grad_norm_, owns
 from parlab.compose.experts import ExpertParallelMoE, exchange_counts, gather_sequence
 from parlab.compose.grads import (
     BUCKET_BYTES,
@@ -99,5 +102,5 @@ __all__ = [
     "Checkpointing", "ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor",
     "chunk_rows", "to_chunks", "from_chunks", "Saved", "state_dict", "save_state",
     "load_state", "describe_grid", "Checkpoints", "CheckpointParts", "Resumed", "latest",
-    "iteration_dir", "reshard_pieces",
+    "iteration_dir", "reshard_pieces", "clip_grad_norm_", "owns",
 ]

@@ -59,6 +59,9 @@ class ShardSpec:
     """The dim TP splits (into t equal pieces), None when whole on every TP rank."""
     ep_dim: int | None = None
     """The dim EP splits (an expert tensor's dim 0), None for dense parameters."""
+    tied_copy: bool = False
+    """The last pipeline stage's copy of a tied embedding: stage 0 holds the same tensor (the
+    one piece two pipeline ranks both hold; a global norm counts it once)."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -70,20 +73,20 @@ def global_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _named_local(model: ParallelLlama, layers: list[list[int]], grid: Grid,
-                 tied: bool) -> list[tuple[str, nn.Parameter]]:
-    """(single-device name, parameter) for every parameter of this rank's chunks."""
+                 tied: bool) -> list[tuple[str, nn.Parameter, bool]]:
+    """(single-device name, parameter, tied copy?) for every parameter of this rank's chunks."""
     p, r = grid.size("pp"), grid.coords["pp"]
-    out: list[tuple[str, nn.Parameter]] = []
+    out: list[tuple[str, nn.Parameter, bool]] = []
     for c, stage in enumerate(model.stages):
         if stage.tok is not None:
-            out.append(("tok.weight", cast(nn.Parameter, stage.tok.weight)))
+            out.append(("tok.weight", cast(nn.Parameter, stage.tok.weight), False))
         for k, block in enumerate(stage.blocks):
             i = layers[c * p + r][k]
-            out += [(f"blocks.{i}.{n}", q) for n, q in block.named_parameters()]
+            out += [(f"blocks.{i}.{n}", q, False) for n, q in block.named_parameters()]
         if stage.norm is not None:
-            out.append(("norm.weight", stage.norm.weight))
+            out.append(("norm.weight", stage.norm.weight, False))
         if stage.head is not None:  # its own matrix, or the tied embedding's copy
-            out.append(("tok.weight" if tied else "head.weight", stage.head))
+            out.append(("tok.weight" if tied else "head.weight", stage.head, tied))
     return out
 
 
@@ -95,7 +98,7 @@ def shard_specs(rep: Replica) -> list[ShardSpec]:
     shapes = global_shapes(cfg)
     experts = {id(q) for q in model.expert_params()}
     by_id: dict[int, ShardSpec] = {}
-    for name, q in _named_local(model, layers, grid, cfg.tied):
+    for name, q, copy in _named_local(model, layers, grid, cfg.tied):
         if id(q) in by_id:
             continue
         shape = shapes[name]
@@ -106,7 +109,7 @@ def shard_specs(rep: Replica) -> list[ShardSpec]:
         dim = cut[0] if cut else None
         ep_dim = dim if id(q) in experts else None
         tp_dim = None if id(q) in experts else dim
-        by_id[id(q)] = ShardSpec(name, q, shape, tp_dim=tp_dim, ep_dim=ep_dim)
+        by_id[id(q)] = ShardSpec(name, q, shape, tp_dim=tp_dim, ep_dim=ep_dim, tied_copy=copy)
     return [by_id[id(q)] for q in model.unique_parameters()]
 
 
