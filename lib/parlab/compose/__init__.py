@@ -35,10 +35,13 @@ or under torchrun with Megatron-LM's argument names: `scripts/train.py`.
   `from_chunks`), the form a checkpoint reshards.
 - `checkpoint`: `state_dict`, `save_state`, `load_state` (torch.distributed.checkpoint on any
   grid), `Saved`, `describe_grid`.
+- `async_checkpoint`: `AsyncSaver` (`dcp.async_save` over a gloo group of its own: the loop
+  waits for the copy to host memory, not for the write), `measure_save_stalls`, `state_bytes`.
 - `resume`: `Checkpoints` (Megatron's --save / --save-interval / --load for `train`),
   `CheckpointParts` (planted bugs), `Resumed`, `latest`, `iteration_dir`.
 """
 
+from parlab.compose.async_checkpoint import AsyncSaver, measure_save_stalls, state_bytes
 from parlab.compose.checkpoint import (
     Saved,
     describe_grid,
@@ -102,5 +105,6 @@ __all__ = [
     "Checkpointing", "ShardSpec", "shard_specs", "rank_mesh", "placements", "as_dtensor",
     "chunk_rows", "to_chunks", "from_chunks", "Saved", "state_dict", "save_state",
     "load_state", "describe_grid", "Checkpoints", "CheckpointParts", "Resumed", "latest",
-    "iteration_dir", "reshard_pieces", "clip_grad_norm_", "owns",
+    "iteration_dir", "reshard_pieces", "clip_grad_norm_", "owns", "AsyncSaver",
+    "measure_save_stalls", "state_bytes",
 ]

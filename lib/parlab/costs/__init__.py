@@ -5,11 +5,13 @@
 - `activations`: a transformer layer's saved activations, region by region, and a meter that
   measures what autograd really saves.
 - `memory`: memory per device, by part, for each data-parallel strategy.
+- `checkpointing`: the checkpoint interval against the failure rate, with the restart cost
+  and synchronous or asynchronous saves (Young 1974, Daly 2006).
 - `roofline` (import it as `parlab.costs.roofline`): from measured seconds to the GPU check's
   FLOP/s, bytes/s and the FLOPs-per-byte threshold.
 
-Every function of `closed_forms`, `activations` and `memory` is importable from here:
-`parlab.costs.ring_allreduce_bytes(...)`.
+Every function of `closed_forms`, `activations`, `memory` and `checkpointing` is importable
+from here: `parlab.costs.ring_allreduce_bytes(...)`.
 """
 
 from parlab.costs.activations import (
@@ -19,6 +21,19 @@ from parlab.costs.activations import (
     activation_bytes_per_layer,
     region,
     saved_tensor_bytes,
+)
+from parlab.costs.checkpointing import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    SAVE_MODES,
+    Policy,
+    best_interval,
+    best_policy,
+    checkpoint_bytes,
+    checkpoint_overhead,
+    daly_interval,
+    optimal_overhead,
+    policy_overhead,
+    young_interval,
 )
 from parlab.costs.closed_forms import (
     ETHERNET_100G_BYTES_PER_S,
@@ -65,4 +80,7 @@ __all__ = [
     "format_times", "comm_verdict", "REGIONS", "activation_breakdown",
     "activation_bytes_per_layer", "region", "SavedTensorMeter", "saved_tensor_bytes", "PARTS",
     "GPUS", "state_breakdown", "activation_bytes", "device_memory",
+    "CHECKPOINT_BYTES_PER_PARAM", "SAVE_MODES", "Policy", "checkpoint_bytes",
+    "checkpoint_overhead", "young_interval", "daly_interval", "optimal_overhead",
+    "best_interval", "policy_overhead", "best_policy",
 ]
