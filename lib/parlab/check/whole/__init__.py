@@ -6,6 +6,7 @@ r"""Graded checks of module 08, "The whole machine": one module per exercise.
 | `check_recompute`      | 2        | `recompute` |           |
 | `check_train_3d`       | 3        | `step`      | 1         |
 | `check_plan_70b`       | 4        | `plan`      |           |
+| `check_clip_grad_norm` | 5        | `clip`      |           |
 
 Exercise 1 runs the learner's `OverlappedDDP` on 2 ranks (3, and 4 in two groups of 2, in
 the hidden test) against the single-device gradients and parlab.comm's view of its calls
@@ -16,7 +17,10 @@ recomputed FLOPs counted; and `saved_bytes_formula` at many sizes. Exercise 3 ru
 on 8 ranks (DP 2 × PP 2 × TP 2 + SP, AdamW; DP 3 × PP 2 with SGD in the hidden test) against
 the single-device losses at every step, with the replicas' weights compared to name a missing
 reduction. Exercise 4 compares `memory_per_gpu` and `bytes_per_step` with the planner of
-module 07 and judges the learner's plan for a 70B model on 256 H100 with it.
+module 07 and judges the learner's plan for a 70B model on 256 H100 with it. Exercise 5 runs
+`clip_grad_norm_` on the composed Llama's final gradients (4 ranks: PP 2 × TP 2, DP 2 × TP 2 +
+SP; 8 and 4 in the hidden test, MoE and CP among them) against
+`torch.nn.utils.clip_grad_norm_` on one device, the norm and the clipped gradients.
 
 A later check that fails while the exercise it builds on failed says so first
 (`parlab.check.exercise`). The references each exercise must not call are listed in
@@ -24,6 +28,7 @@ A later check that fails while the exercise it builds on failed says so first
 subclasses alike).
 """
 
+from parlab.check.whole.clip import check_clip_grad_norm
 from parlab.check.whole.ddp import check_overlapped_ddp
 from parlab.check.whole.plan import check_plan_70b
 from parlab.check.whole.recompute import check_recompute
@@ -31,4 +36,4 @@ from parlab.check.whole.step import check_train_3d
 from parlab.errors import CheckFailed
 
 __all__ = ["check_overlapped_ddp", "check_recompute", "check_train_3d", "check_plan_70b",
-           "CheckFailed"]
+           "check_clip_grad_norm", "CheckFailed"]
