@@ -330,8 +330,14 @@ def test_dualpipe_v_bubble_memory_and_overlap_in_the_plan():
     layer_input = 2 * 1 * 4096 * 7168
     assert dpv.memory["activations"] - base.memory["activations"] == pytest.approx(
         0.5 * math.ceil(61 / p) * layer_input)
-    assert {k: v for k, v in dpv.memory.items() if k != "activations"} == \
-        {k: v for k, v in base.memory.items() if k != "activations"}  # one copy of the weights
+    # one copy of the layers' weights; rank 0 runs the first and the last stage of the V, so
+    # it holds the output layer's V h beside the embedding's (2 + 2 + 12/128 bytes each, ZeRO-1
+    # over dp·ep = 128) and one micro-batch's fp32 logits, 4 b s V (t = 1)
+    assert (dpv.stage, base.stage) == ("first and last", "first")
+    head = 129280 * 7168
+    for part, per_param in (("weights", 2), ("gradients", 2), ("optimizer state", 12 / 128)):
+        assert dpv.memory[part] - base.memory[part] == pytest.approx(per_param * head)
+    assert (dpv.memory["logits"], base.memory["logits"]) == (4 * 4096 * 129280, 0.0)
     compute = base.times["compute useful"] + base.times["compute overhead"]
     hidden = (2 * m - 2 * p - 1) / (2 * m) * min(1.0, compute / base.times["EP comms"])
     assert dpv.times["EP comms"] == pytest.approx(base.times["EP comms"] * (1 - hidden))

@@ -102,3 +102,15 @@ def test_achievable_share_of_peak_bounds_the_mfu():
     w.controls["achievable_pct"].value = 30
     assert w.summary["cluster"].achievable == pytest.approx(0.3)
     assert all(p.mfu <= 0.3 + 1e-12 for p in w.summary["kept"])
+
+
+def test_precision_and_the_nvl72_preset_replan():
+    w = planner_widget()
+    w.controls["precision"].value = "fp8"
+    assert w.summary["plans"] == plan.plan(plan.PRACTICE_70B, plan.H100_32, global_batch=1024,
+                                           precision="fp8")
+    assert w.summary["chosen"].label.endswith(", FP8") and "FP8" in w.html.value
+    w.preset.value = "Llama 3 405B on 512 GB200 (8 NVL72 racks)"
+    assert w.summary["cluster"] is plan.GB200_NVL72_512 and w.controls["gpus_per_node"].value == 64
+    assert w.controls["precision"].value == "fp8"  # a preset leaves the precision alone
+    assert w.figure.axes[0].get_title().endswith("showing 2 of 8 nodes")

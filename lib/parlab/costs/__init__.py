@@ -5,20 +5,25 @@
 - `activations`: a transformer layer's saved activations, region by region, and a meter that
   measures what autograd really saves.
 - `memory`: memory per device, by part, for each data-parallel strategy.
+- `precision`: what FP8 changes on the wire (TP's and ZeRO-3's bytes, collective by
+  collective); `activations` holds its memory side and the loss's fp32 logits.
 - `checkpointing`: the checkpoint interval against the failure rate, with the restart cost
   and synchronous or asynchronous saves (Young 1974, Daly 2006).
 - `roofline` (import it as `parlab.costs.roofline`): from measured seconds to the GPU check's
   FLOP/s, bytes/s and the FLOPs-per-byte threshold.
 
-Every function of `closed_forms`, `activations`, `memory` and `checkpointing` is importable
-from here: `parlab.costs.ring_allreduce_bytes(...)`.
+Every function of `closed_forms`, `activations`, `memory`, `checkpointing` and `precision` is
+importable from here: `parlab.costs.ring_allreduce_bytes(...)`.
 """
 
 from parlab.costs.activations import (
+    FP8_GEMM_INPUTS,
+    PRECISIONS,
     REGIONS,
     SavedTensorMeter,
     activation_breakdown,
     activation_bytes_per_layer,
+    logits_bytes,
     region,
     saved_tensor_bytes,
 )
@@ -67,6 +72,7 @@ from parlab.costs.closed_forms import (
     ulysses_bytes_per_layer,
 )
 from parlab.costs.memory import GPUS, PARTS, activation_bytes, device_memory, state_breakdown
+from parlab.costs.precision import fsdp_bytes_by_collective, tp_bytes_by_collective
 
 __all__ = [
     "H100_BF16_FLOPS", "NVLINK_BIDIR_BYTES_PER_S", "NVLINK_PER_DIRECTION_BYTES_PER_S",
@@ -82,5 +88,6 @@ __all__ = [
     "GPUS", "state_breakdown", "activation_bytes", "device_memory",
     "CHECKPOINT_BYTES_PER_PARAM", "SAVE_MODES", "Policy", "checkpoint_bytes",
     "checkpoint_overhead", "young_interval", "daly_interval", "optimal_overhead",
-    "best_interval", "policy_overhead", "best_policy",
+    "best_interval", "policy_overhead", "best_policy", "FP8_GEMM_INPUTS", "PRECISIONS",
+    "logits_bytes", "tp_bytes_by_collective", "fsdp_bytes_by_collective",
 ]

@@ -20,6 +20,24 @@ splits the 10 along the sequence. Megatron gets the GEMM inputs down to $1/t$ by
 the sequence shard and all-gathering it again in backward; a plain autograd version keeps the
 gathered tensor whole.
 
+FP8 (`precision="fp8"`, `FP8_GEMM_INPUTS`): Transformer Engine's FP8 layers (NVIDIA's
+"Using FP8 with Transformer Engine"; DeepSeek-AI, arXiv:2412.19437, section 3.3, "cache the
+activations in FP8") keep the inputs of their GEMMs for backward in FP8, 1 byte instead of 2:
+the LayerNorm outputs feeding QKV and fc1 (4 sbh become 2), the output projection's input (2
+become 1) and fc2's input (8 become 4). Everything else stays bf16: the LayerNorm inputs, Q, K
+and V (the attention core runs in bf16), the GeLU input, the masks and the scores. A layer
+keeps $27\,sbh$ instead of $34\,sbh$.
+
+The loss (`logits_bytes`): the output layer's logits, cast to fp32 for the cross-entropy, are
+kept for backward (its gradient is softmax minus one-hot): $4\,sbV$ bytes per micro-batch, or
+$4\,sbV/t$ per TP rank under Megatron-LM's vocabulary-parallel cross-entropy, where each rank
+keeps its $V/t$ columns and reduces only the max, the sum of exponentials and the target logit
+across the group. Korthikanti et al. (section 4.3) count them with the final LayerNorm's and
+the head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits' share,
+$4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). At s = 8192
+and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a layer's
+$34\,sbh$ at any h below 15,000.
+
 The meter: `SavedTensorMeter` counts what autograd saves for backward while it is open
 (`torch.autograd.graph.saved_tensors_hooks`), each storage once, skipping the storages of the
 tensors in `exclude` (parameters are state, not activations); `region(name)` labels what is
@@ -36,8 +54,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["REGIONS", "activation_breakdown", "activation_bytes_per_layer", "region",
-           "SavedTensorMeter", "saved_tensor_bytes"]
+__all__ = ["REGIONS", "FP8_GEMM_INPUTS", "PRECISIONS", "LOGITS_DTYPE_BYTES", "activation_breakdown",
+           "activation_bytes_per_layer", "logits_bytes", "region", "SavedTensorMeter",
+           "saved_tensor_bytes"]
 
 # region -> (coefficient of sbh, or "scores" for 5as^2b; split by TP alone?)
 REGIONS: dict[str, tuple[float | str, bool]] = {
@@ -48,6 +67,17 @@ REGIONS: dict[str, tuple[float | str, bool]] = {
     "attention scores (softmax, mask, dropout)": ("scores", True),
     "MLP GeLU and fc2 inputs": (16, True),
 }
+FP8_GEMM_INPUTS: dict[str, float] = {
+    "QKV and fc1 inputs (LayerNorm outputs)": 4,
+    "attention Q, K, V, out-proj input": 2,  # the out-proj input; Q, K, V stay bf16
+    "MLP GeLU and fc2 inputs": 8,  # fc2's input; the GeLU input stays bf16
+}
+"""Region -> coefficient of sbh that is a GEMM's input, kept in FP8 (half its bytes) under
+precision="fp8" (module docstring): 14 of the 34, so 34 sbh become 27 sbh."""
+PRECISIONS = ("bf16", "fp8")
+"""What the GEMMs run in: "bf16", or "fp8" with bf16 weights and fp32 optimizer state."""
+LOGITS_DTYPE_BYTES = 4
+"""The logits the loss keeps for backward are fp32 (Megatron-LM casts them before the loss)."""
 
 
 def _positive(name: str, value: Any) -> int:
@@ -56,31 +86,52 @@ def _positive(name: str, value: Any) -> int:
     return int(value)
 
 
+def _precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
+    return precision
+
+
 def activation_breakdown(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool = False,
-                         keep_scores: bool = True) -> dict[str, float]:
+                         keep_scores: bool = True, precision: str = "bf16") -> dict[str, float]:
     """Bytes per layer and rank, region by region (`REGIONS`), fp16 activations.
 
     TP (t > 1) divides the regions it splits by t and leaves the others whole; sp=True divides
     every region by t. keep_scores=False counts the attention scores as 0: they are recomputed
-    in backward (FlashAttention, Megatron's selective recomputation) instead of kept."""
+    in backward (FlashAttention, Megatron's selective recomputation) instead of kept.
+    precision="fp8" keeps the GEMM inputs (`FP8_GEMM_INPUTS`) in 1 byte instead of 2."""
     b, s, h, a, t = (_positive(n, v) for n, v in (("b", b), ("s", s), ("h", h), ("a", a),
                                                      ("t", t)))
+    fp8 = _precision(precision) == "fp8"
     out = {}
     for name, (coef, split_by_tp) in REGIONS.items():
         if coef == "scores":
             full = 5.0 * a * s * s * b if keep_scores else 0.0
         else:
-            full = float(coef) * s * b * h
+            full = (float(coef) - (FP8_GEMM_INPUTS.get(name, 0) / 2 if fp8 else 0)) * s * b * h
         out[name] = full / t if (split_by_tp or sp) else float(full)
     return out
 
 
 def activation_bytes_per_layer(b: int, s: int, h: int, a: int, t: int = 1, *,
-                               sp: bool = False, keep_scores: bool = True) -> float:
+                               sp: bool = False, keep_scores: bool = True,
+                               precision: str = "bf16") -> float:
     r"""$sbh(34 + 5as/h)$ for t = 1, $sbh(10 + 24/t + 5as/(ht))$ with TP, $\frac{sbh}{t}(34 +
     5as/h)$ with TP + SP (bytes, fp16 activations; Korthikanti et al. 2022, table 2). With
-    keep_scores=False the $5as/h$ terms drop: $34sbh$, $sbh(10 + 24/t)$, $34sbh/t$."""
-    return sum(activation_breakdown(b, s, h, a, t, sp=sp, keep_scores=keep_scores).values())
+    keep_scores=False the $5as/h$ terms drop: $34sbh$, $sbh(10 + 24/t)$, $34sbh/t$. Under
+    precision="fp8" the 34 is 27 (module docstring)."""
+    return sum(activation_breakdown(b, s, h, a, t, sp=sp, keep_scores=keep_scores,
+                                    precision=precision).values())
+
+
+def logits_bytes(b: int, s: int, vocab: int, t: int = 1, *, vocab_parallel: bool = True
+                 ) -> float:
+    r"""fp32 logits one rank keeps for the loss's backward, per micro-batch: $4\,sbV/t$ under a
+    vocabulary-parallel cross-entropy (each TP rank its V/t columns), $4\,sbV$ when the logits
+    are gathered on every TP rank before the loss (module docstring)."""
+    b, s, vocab, t = (_positive(n, v) for n, v in (("b", b), ("s", s), ("vocab", vocab),
+                                                  ("t", t)))
+    return LOGITS_DTYPE_BYTES * b * s * vocab / (t if vocab_parallel else 1)
 
 
 # --- measuring saved tensors ---------------------------------------------------------------------

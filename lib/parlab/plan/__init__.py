@@ -4,7 +4,8 @@
 - `costs`: memory per GPU, bytes per axis and link, stage imbalance; the exposed time of CP
   (ring attention or Ulysses, `CP_KINDS`) and the bubble of each schedule (1F1B or
   DualPipe-V, `SCHEDULES`).
-- `presets`: the course's practice problems and published runs.
+- `presets`: the course's practice problems, published runs and GB200 NVL72 racks.
+- `PRECISIONS`: "bf16" or "fp8" (`evaluate(precision=...)`, `parlab.costs.precision`).
 - `planner`: `plan`, `best`, `evaluate`, `table`; `timing`: a plan's step, part by part.
 - `topology`: `draw_plan`, a plan drawn on the cluster's nodes and links.
 - `tables`: module 07's tables as Markdown (`axis_table`, `placement_table`, `plans_table`,
@@ -14,13 +15,18 @@
 from parlab.plan.costs import (
     CP_KINDS,
     DP_GROUP,
+    PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
+    STAGES,
     activation_memory,
     axis_bytes,
+    fullest_stage,
+    logits_memory,
     nodes_spanned,
     stage_imbalance,
     stage_layers,
+    stage_memory,
     stage_params,
     state_memory,
     tp_heads,
@@ -29,6 +35,9 @@ from parlab.plan.planner import STRATEGIES, best, evaluate, peak_seconds, plan, 
 from parlab.plan.presets import (
     DEEPSEEK_CLUSTER,
     DEEPSEEK_V3,
+    GB200_NVL72,
+    GB200_NVL72_512,
+    GB200_RACKS,
     H100_32,
     H100_512,
     LLAMA3_405B,
@@ -65,5 +74,6 @@ __all__ = [
     "SCHEDULES", "tp_heads", "evaluate", "plan", "best", "table", "STRATEGIES",
     "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
     "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
-    "variant_plans", "variants_table",
+    "variant_plans", "variants_table", "PRECISIONS", "STAGES", "logits_memory", "stage_memory",
+    "fullest_stage", "GB200_NVL72", "GB200_NVL72_512", "GB200_RACKS",
 ]

@@ -14,7 +14,10 @@ policy, `evaluate`:
    (sequences) splits into $m = B / (d\,e\,b)$ micro-batches of b for every pipeline;
    Ulysses CP (`cp_kind="ulysses"`) needs c to divide the query and key/value heads of a TP
    rank (it caps at the head count), DualPipe-V (`schedule="dualpipe_v"`) m ≥ 2p;
-2. memory per GPU of the first (fullest) stage, from `plan_costs`, against `usable` × memory;
+2. memory per GPU of the fullest stage (`plan_costs.fullest_stage`: the first stage's
+   activations or the last stage's fp32 logits, whichever weigh more), against `usable` ×
+   memory; `precision="fp8"` keeps the GEMM inputs among the activations in FP8 and sends
+   TP's all-gathers and ZeRO-3's weight all-gathers in FP8 (`parlab.costs.precision`);
 3. places each axis on the rank grid (`parlab.mesh`, TP innermost) and reads the link its
    groups ride; TP groups that leave a node are rejected (rule 1 of the placement heuristics:
    its all-reduces sit between dependent GEMMs);
@@ -43,7 +46,8 @@ counted as exposed except in DualPipe-V's pairs; a PP group is
 called inter-node if any of its ranks sits on another node, though only neighbours talk;
 activations use the GPT-style 34·sbh per layer (SwiGLU, GQA and MLA change it), MoE layers' as
 if dense; stages take ⌈L/p⌉ layers (Llama 3 trims the first and last stage instead); no
-interleaved schedule (v = 1), so deep pipelines with few micro-batches pay the full bubble.
+interleaved schedule (v = 1), so deep pipelines with few micro-batches pay the full bubble;
+FP8 changes memory and bytes only: its faster GEMMs are not credited to the compute time.
 """
 
 from __future__ import annotations
@@ -55,13 +59,13 @@ from parlab.mesh import make_mesh
 from parlab.plan.costs import (
     CP_KINDS,
     DP_GROUP,
+    PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
-    activation_memory,
     axis_bytes,
+    fullest_stage,
     nodes_spanned,
     stage_layers,
-    state_memory,
     tp_heads,
 )
 from parlab.plan.presets import (
@@ -96,7 +100,10 @@ _AXIS_GROUPS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "pp": ("pp",), "dp"
 
 
 def _check_options(strategy: str, recompute: str, global_batch: int, micro_batch: int,
-                   usable: float, cp_kind: str = "ring", schedule: str = "1f1b") -> None:
+                   usable: float, cp_kind: str = "ring", schedule: str = "1f1b",
+                   precision: str = "bf16") -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)}")
     if cp_kind not in CP_KINDS:
         raise ValueError(f"cp_kind={cp_kind!r}: use one of {', '.join(CP_KINDS)}")
     if schedule not in SCHEDULES:
@@ -163,11 +170,14 @@ def _gb(x: float) -> str:
 
 
 def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
-           traffic: tuple[AxisTraffic, ...], usable: float) -> tuple[list[str], list[str]]:
+           traffic: tuple[AxisTraffic, ...], usable: float, stage: str
+           ) -> tuple[list[str], list[str]]:
     """(failures, notes): memory first, then the links."""
-    total, act = sum(memory.values()), memory["activations"]
+    total, act, logits = sum(memory.values()), memory["activations"], memory["logits"]
     fails, notes = [], []
-    where = f"{_gb(total)} per GPU (state {_gb(total - act)} + activations {_gb(act)})"
+    where = (f"{_gb(total)} per GPU (state {_gb(total - act - logits)} + activations "
+             f"{_gb(act)}" + (f" + fp32 logits {_gb(logits)}" if logits else "")
+             + ("" if stage == "only" else f"; the {stage} stage") + ")")
     if total > capacity:
         fails.append(f"memory {where} > {_gb(capacity)} usable ({usable:.0%} of "
                      f"{_gb(cluster.memory)})")
@@ -187,12 +197,13 @@ def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
 def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 1, cp: int = 1,
              ep: int = 1, strategy: str = "zero1", recompute: str = "selective",
              global_batch: int, micro_batch: int = 1, usable: float = 0.9,
-             cp_kind: str = "ring", schedule: str = "1f1b") -> Plan:
+             cp_kind: str = "ring", schedule: str = "1f1b", precision: str = "bf16") -> Plan:
     """One plan, judged. Raises ValueError when the sizes do not multiply to cluster.gpus or
     an option is unknown; a shape the model cannot take (tp not dividing the heads, ...) comes
     back as a rejected Plan saying why. cp_kind: "ring" or "ulysses"; schedule: "1f1b" or
-    "dualpipe_v"."""
-    _check_options(strategy, recompute, global_batch, micro_batch, usable, cp_kind, schedule)
+    "dualpipe_v"; precision: "bf16" or "fp8"."""
+    _check_options(strategy, recompute, global_batch, micro_batch, usable, cp_kind, schedule,
+                   precision)
     s = Shape(dp=dp, pp=pp, ep=ep, cp=cp, tp=tp)
     if math.prod(s) != cluster.gpus:
         raise ValueError(f"dp·pp·ep·cp·tp = {' × '.join(map(str, s))} = {math.prod(s)} but "
@@ -201,18 +212,17 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
     problems = _shape_problems(model, s, global_batch, micro_batch)
     m = max(1, global_batch // (dp * ep * micro_batch))
     problems += _variant_problems(model, s, m, cp_kind, schedule)
-    memory = state_memory(model, s, strategy)
-    memory["activations"] = activation_memory(model, s, micro_batch=micro_batch,
-                                              microbatches=m, recompute=recompute,
-                                              schedule=schedule)
+    stage, memory = fullest_stage(model, s, strategy=strategy, micro_batch=micro_batch,
+                                  microbatches=m, recompute=recompute, schedule=schedule,
+                                  precision=precision)
     nbytes = axis_bytes(model, s, strategy=strategy, micro_batch=micro_batch, microbatches=m,
-                        cp_kind=cp_kind)
+                        cp_kind=cp_kind, schedule=schedule, precision=precision)
     traffic = _traffic(cluster, s, nbytes)
     times, bubble = step_times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
                            tokens=global_batch * model.seq, m=m, micro_batch=micro_batch,
                            cp_kind=cp_kind, schedule=schedule)
     capacity = usable * cluster.memory
-    fails, notes = _judge(cluster, memory, capacity, traffic, usable)
+    fails, notes = _judge(cluster, memory, capacity, traffic, usable, stage)
     if pp > 1:
         notes.append(f"bubble {bubble:.1%} with m = {m} micro-batches over {pp} "
                      + (f"ranks of two chunks each (DualPipe-V, {2 * pp} stages)"
@@ -226,7 +236,7 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
     return Plan(dp, tp, pp, cp, ep, strategy, recompute, micro_batch, m, memory, capacity,
                 traffic, bubble, times, kept=not fails, reasons=tuple(fails or notes),
                 peak_compute_s=peak_seconds(model, cluster, global_batch * model.seq),
-                cp_kind=cp_kind, schedule=schedule)
+                cp_kind=cp_kind, schedule=schedule, precision=precision, stage=stage)
 
 
 def _divisors(n: int) -> list[int]:
@@ -248,18 +258,18 @@ def plan(model: Model, cluster: Cluster, *, global_batch: int, micro_batch: int 
          recompute: tuple[str, ...] = ("selective", "full"), cp_sizes: tuple[int, ...] = (1,),
          max_tp: int | None = None, usable: float = 0.9,
          cp_kinds: tuple[str, ...] = ("ring",),
-         schedules: tuple[str, ...] = ("1f1b",)) -> list[Plan]:
+         schedules: tuple[str, ...] = ("1f1b",), precision: str = "bf16") -> list[Plan]:
     """Every plan with tp ≤ max_tp (default two nodes' worth, to show why TP stays home),
     p ≤ L, c in cp_sizes (each by every kind in cp_kinds), e dividing the experts, every
-    schedule in schedules for p > 1: kept ones by step time, then rejected ones (fewest
-    failed checks first)."""
+    schedule in schedules for p > 1, all in one `precision`: kept ones by step time, then
+    rejected ones (fewest failed checks first)."""
     max_tp = max_tp or 2 * cluster.gpus_per_node
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in (*cp_sizes, max_tp)):
         raise ValueError(f"cp_sizes={cp_sizes!r} and max_tp={max_tp!r} must be whole numbers "
                          ">= 1, e.g. cp_sizes=(1, 2, 4)")
     plans = [evaluate(model, cluster, **s._asdict(), strategy=st, recompute=rc,
                       global_batch=global_batch, micro_batch=micro_batch, usable=usable,
-                      cp_kind=kind, schedule=sched)
+                      cp_kind=kind, schedule=sched, precision=precision)
              for s in _shapes(model, cluster, cp_sizes, max_tp)
              for kind in (cp_kinds if s.cp > 1 else cp_kinds[:1])
              for sched in (schedules if s.pp > 1 else schedules[:1])

@@ -31,6 +31,18 @@ Bandwidths are bytes/s per GPU, ONE direction (NVLink datasheets quote both dire
   quotes 160 GB/s NVLink and 50 GB/s InfiniBand per GPU. Its attention is MLA, which the
   planner's activation formula does not model.
 
+NVLink domains of 72 (`GB200_NVL72`, `GB200_NVL72_512`, `GB200_RACKS`): NVIDIA's GB200 NVL72
+rack joins 72 Blackwell GPUs by NVLink 5 through NVLink switches, 1.8 TB/s per GPU counting
+both directions, so 900 GB/s each way (`intra_bw`), against H100's 450; 13.4 TB of HBM3e over
+72 GPUs, 186 GB each; 360 PFLOP/s of FP16/BF16 a rack with 2:4 sparsity, so 2.5 PFLOP/s
+dense per GPU (NVIDIA's GB200 NVL72 datasheet); one 400 Gb/s InfiniBand NIC per GPU between
+racks, as for H100. One rack as one domain is `GB200_NVL72`: a group stays on NVLink when its
+size divides 72 (8, 24, 36, 72). Power-of-two groups of 16, 32 or 64 do not divide 72, so a
+run that wants TP 16 or EP 64 inside a rack uses 64 of its 72 GPUs and leaves 8 idle (or as
+spares): `GB200_NVL72_512` is 8 such racks, 512 GPUs in NVLink domains of 64, to set beside
+`H100_512` (64 nodes of 8). `GB200_RACKS` is the same GPUs cut into nodes of 8, as if
+NVLink stopped at 8 GPUs (an HGX B200 node), to tell the domain's effect from the GPU's.
+
 Runs that use the schedule and the CP variant of modules 04 and 05 (`PUBLISHED_VARIANTS`):
 - DeepSeek-V3's PP 16 × EP 64 × DP 2 ran DualPipe (arXiv:2412.19437, section 3.2.1), which
   overlaps each forward chunk with a backward chunk so that the EP all-to-alls hide under
@@ -48,6 +60,8 @@ Runs that use the schedule and the CP variant of modules 04 and 05 (`PUBLISHED_V
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from parlab import costs
 from parlab.plan.types import Cluster, Model
@@ -80,6 +94,13 @@ DEEPSEEK_V3 = Model("DeepSeek-V3", 671e9, layers=61, hidden=7168, heads=128, seq
                     expert_params=58 * 256 * 3 * 7168 * 2048)  # 58 layers × 256 SwiGLU experts
 DEEPSEEK_CLUSTER = Cluster("2,048 × H800 80 GB (DeepSeek-V3)", gpus=2048, gpus_per_node=8,
                            memory=80e9, intra_bw=160e9, inter_bw=_NIC, flops=989e12)
+_NVLINK5 = 900e9  # GB200 NVL72: 1.8 TB/s per GPU counts both directions
+GB200_NVL72 = Cluster("72 × GB200 (one NVL72 rack)", gpus=72, gpus_per_node=72, memory=186e9,
+                      intra_bw=_NVLINK5, inter_bw=_NIC, flops=2.5e15)
+GB200_NVL72_512 = dataclasses.replace(GB200_NVL72, gpus=512, gpus_per_node=64,
+                                      name="512 × GB200 (8 NVL72 racks, 64 GPUs of each)")
+GB200_RACKS = dataclasses.replace(GB200_NVL72_512, gpus_per_node=8,
+                                  name="512 × GB200 (NVLink cut to nodes of 8)")
 
 PRESETS: dict[str, tuple[Model, Cluster, int]] = {
     "70B on 32 H100 (practice problem 1)": (PRACTICE_70B, H100_32, 1024),
@@ -87,6 +108,7 @@ PRESETS: dict[str, tuple[Model, Cluster, int]] = {
     "Llama 3 405B on 16,384 H100": (LLAMA3_405B, LLAMA3_CLUSTER, 2048),
     "GPT 1T on 3,072 A100 (Megatron-LM)": (MEGATRON_1T, MEGATRON_CLUSTER, 3072),
     "DeepSeek-V3 on 2,048 H800 (MoE)": (DEEPSEEK_V3, DEEPSEEK_CLUSTER, 15360),
+    "Llama 3 405B on 512 GB200 (8 NVL72 racks)": (LLAMA3_405B, GB200_NVL72_512, 1024),
 }
 """Name → (model, cluster, global batch in sequences), for the widget and the notebook."""
 

@@ -9,7 +9,8 @@ Each node is a box of small squares, one per GPU, labelled with its (dp, pp, tp)
 (cp and ep too when they are used) and coloured by TP group; a black outline goes round each
 TP group. An arrow runs from GPU 0 to its first neighbour along every other axis (PP, DP, CP,
 EP); the legend says, for every axis, the link it rides, how many nodes a group spans and its
-bytes per GPU per step, all taken from the plan. Big clusters show `max_nodes` nodes: node 0
+bytes per GPU per step, all taken from the plan. Big clusters show `max_nodes` nodes (4, or 2
+when a node is an NVLink domain of more than 16 GPUs, drawn 8 to a row): node 0
 and the nodes of GPU 0's neighbours first, so every axis that leaves the node has an arrow.
 """
 
@@ -75,7 +76,7 @@ class _Layout:
 
     def __init__(self, nodes: list[int], gpus_per_node: int):
         self.nodes, self.gpn = nodes, gpus_per_node
-        self.cols = min(gpus_per_node, 4)
+        self.cols = min(gpus_per_node, 4 if gpus_per_node <= 16 else 8)
         self.rows = math.ceil(gpus_per_node / self.cols)
         self.width = self.cols + _GAP
 
@@ -140,7 +141,7 @@ def _draw_axis(ax: Axes, mesh: Mesh, lay: _Layout, axis: str, level: int) -> Non
 
 
 def draw_plan(plan: Plan, cluster: Cluster, ax: Axes | None = None, *,
-              max_nodes: int = 4) -> Figure:
+              max_nodes: int | None = None) -> Figure:
     """The plan's rank grid on the cluster's nodes; see the module docstring."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
@@ -152,6 +153,8 @@ def draw_plan(plan: Plan, cluster: Cluster, ax: Axes | None = None, *,
     fig = ax.get_figure(root=True)
     assert isinstance(fig, Figure)  # an Axes always belongs to a root Figure
     mesh = _mesh(plan, cluster)
+    if max_nodes is None:
+        max_nodes = 4 if cluster.gpus_per_node <= 16 else 2
     lay = _Layout(shown_nodes(plan, cluster, max_nodes), cluster.gpus_per_node)
     _draw_nodes(ax, mesh, plan, lay)
     _draw_tp(ax, mesh, lay)

@@ -231,7 +231,8 @@ class Plan:
     microbatches: int
     """Micro-batches each pipeline runs per step, m = B / (d·e·b)."""
     memory: dict[str, float]
-    """Bytes per GPU on the first stage, by part (state parts and activations)."""
+    """Bytes per GPU of the fullest stage (`stage`), by part: the state's parts, "activations"
+    and "logits" (the loss's fp32 logits, on the stage that computes it)."""
     capacity: float
     """Bytes per GPU a plan may fill (usable share of the GPU's memory)."""
     traffic: tuple[AxisTraffic, ...]
@@ -251,6 +252,11 @@ class Plan:
     """How CP splits attention: "ring" (ring attention) or "ulysses" (all-to-all by heads)."""
     schedule: str = "1f1b"
     """The pipeline schedule: "1f1b" or "dualpipe_v" (two chunks per rank in a V)."""
+    precision: str = "bf16"
+    """What the GEMMs run in: "bf16", or "fp8" (`parlab.costs.precision`)."""
+    stage: str = "first"
+    """Which stage `memory` is: "first", "last", "only" (p = 1) or "first and last"
+    (DualPipe-V's rank 0); the fullest, by `parlab.plan.costs.fullest_stage`."""
 
     @property
     def memory_total(self) -> float:
@@ -272,7 +278,9 @@ class Plan:
                  "pp": "PP" if self.schedule == "1f1b" else "DualPipe-V PP"}
         axes = [f"{names.get(a, a.upper())} {n}" for a, n in (("tp", self.tp), ("cp", self.cp),
                 ("ep", self.ep), ("pp", self.pp), ("dp", self.dp)) if n > 1]
-        return f"{' × '.join(axes) or '1 GPU'}, {self.strategy}, {self.recompute} recompute"
+        fp8 = ", FP8" if self.precision == "fp8" else ""
+        return (f"{' × '.join(axes) or '1 GPU'}, {self.strategy}, {self.recompute} recompute"
+                + fp8)
 
     def axis(self, name: str) -> AxisTraffic | None:
         return next((a for a in self.traffic if a.axis == name), None)

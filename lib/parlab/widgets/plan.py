@@ -11,8 +11,9 @@ Same pattern as `parlab.widgets` (Explorer):
 Sizes are typed in the units people quote: parameters in billions, memory in GB, links in
 GB/s per direction (NVLink's 900 GB/s datasheet figure is 450 each way), FLOP/s in TFLOP/s,
 and the share of that peak the matmuls sustain (`Cluster.achievable`) in percent.
-"choice" picks which kept plan (1 = best) the drawing shows. The table's MFU is the model's
-6N FLOPs per token at the step's rate, over the GPUs' peak (`parlab.plan.Plan.mfu`).
+"choice" picks which kept plan (1 = best) the drawing shows; "precision" plans in bf16 or
+FP8 (`parlab.costs.precision`: FP8 activations and TP/ZeRO-3 all-gathers). The table's MFU is
+the model's 6N FLOPs per token at the step's rate, over the GPUs' peak (`parlab.plan.Plan.mfu`).
 """
 
 from __future__ import annotations
@@ -66,13 +67,15 @@ def _build(values: dict[str, Any], like: tuple[Model, Cluster]) -> tuple[Model, 
 
 
 def planner_summary(*, like: tuple[Model, Cluster] = (planner.PRACTICE_70B, planner.H100_32),
-                    global_batch: int, micro_batch: int, choice: int, **fields: Any) -> Summary:
+                    global_batch: int, micro_batch: int, choice: int, precision: str = "bf16",
+                    **fields: Any) -> Summary:
     """Keys: "model", "cluster", "plans" (ranked), "kept", "rejected", "chosen" (the
     choice-th kept plan, or None), "global_batch", "micro_batch"; or "error" (a message) when
     the inputs are invalid. `fields` are the _FIELDS controls' values."""
     try:
         model, cluster = _build(fields, like)
-        plans = planner.plan(model, cluster, global_batch=global_batch, micro_batch=micro_batch)
+        plans = planner.plan(model, cluster, global_batch=global_batch, micro_batch=micro_batch,
+                             precision=precision)
     except ValueError as error:
         return {"error": str(error)}
     kept = [p for p in plans if p.kept]
@@ -93,7 +96,9 @@ def _row(rank: str, p: Plan) -> str:
 def describe_planner(s: Summary, *, top: int = 5) -> str:
     if "error" in s:
         return f"<b>cannot plan:</b> {s['error']}"
-    head = ("<tr><th>#</th><th>plan</th><th>GB/GPU</th><th>bubble</th><th>step s</th>"
+    head = ("<tr><th>#</th><th>plan</th><th title='GB per GPU of the fullest pipeline stage: "
+            "the first one's activations or the last one's fp32 logits'>GB/GPU</th>"
+            "<th>bubble</th><th>step s</th>"
             "<th title='model FLOPs utilisation: 6N FLOPs per token at the step rate, over "
             "the peak'>MFU</th><th>TP link</th></tr>")
     rows = [_row(str(i), p) for i, p in enumerate(s["kept"][:top], 1)]
@@ -134,6 +139,9 @@ def _controls(model: Model, cluster: Cluster, batch: int) -> dict[str, widgets.V
                                                 style=_STYLE, layout=widgets.Layout(width="17em"))
     out["choice"] = widgets.BoundedIntText(value=1, min=1, max=50, description="draw plan #",
                                            style=_STYLE, layout=widgets.Layout(width="17em"))
+    out["precision"] = widgets.Dropdown(options=list(planner.PRECISIONS), value="bf16",
+                                        description="precision", style=_STYLE,
+                                        layout=widgets.Layout(width="17em"))
     return out
 
 
@@ -150,7 +158,7 @@ class Planner(Explorer):
         self.preset.observe(self._apply_preset, names="value")
         n_model, n_all = _MODEL_FIELDS, len(_FIELDS)
         column = [list(self.controls.values())[i:j]
-                  for i, j in ((0, n_model), (n_model, n_all), (n_all, n_all + 3))]
+                  for i, j in ((0, n_model), (n_model, n_all), (n_all, n_all + 4))]
         self.children = (self.preset, widgets.HBox([widgets.VBox(c) for c in column]),
                          self.html, self.output)
 
@@ -167,7 +175,7 @@ class Planner(Explorer):
         self._holding = True
         try:
             for name, control in fresh.items():
-                if name != "choice":
+                if name not in ("choice", "precision"):
                     self.controls[name].value = control.value
         finally:
             self._holding = False
