@@ -10,10 +10,11 @@ from mistakes import Table
 from parlab.check import cp as cpcheck
 
 TIMEOUT = 5.0
-ON_RANKS = ("check_ring_forward", "check_ring_backward", "check_layouts", "check_ulysses")
+ON_RANKS = ("check_ring_forward", "check_ring_backward", "check_layouts", "check_ulysses",
+            "check_allgather")
 TABLE = Table(
     module="05_context_parallel",
-    answers=5,
+    answers=6,
     checks={
         "check_merge": lambda ns, t: cpcheck.check_merge(ns.merge, quiet=True),
         "check_ring_forward": lambda ns, t: cpcheck.check_ring_forward(
@@ -24,6 +25,8 @@ TABLE = Table(
             ns.layout_positions, world_size=t, timeout=TIMEOUT, quiet=True),
         "check_ulysses": lambda ns, t: cpcheck.check_ulysses(
             ns.seq_to_heads, ns.heads_to_seq, world_size=t, timeout=TIMEOUT, quiet=True),
+        "check_allgather": lambda ns, t: cpcheck.check_allgather(
+            ns.allgather_attention, world_size=t, timeout=TIMEOUT, quiet=True),
     },
     sizes={check: (2, 3, 4) for check in ON_RANKS},
     where={check: ("rank ",) for check in ON_RANKS},
@@ -72,6 +75,38 @@ TABLE = Table(
             from parlab.cp import ulysses
             def heads_to_seq(y):
                 return ulysses.heads_to_seq(y)
+        """),
+        "allgather_alias": ("check_allgather", "from parlab.cp import allgather_attention"),
+        "allgather_wrapper": ("check_allgather", """
+            import parlab.cp
+            def allgather_attention(q, k, v, pos, doc):
+                return parlab.cp.allgather_attention(q, k, v, pos, doc)
+        """),
+        "allgather_gather_wrapper": ("check_allgather", """
+            from parlab.cp import gather_from_context_parallel_region
+            class GatherKV(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x, pos):
+                    return x
+                @staticmethod
+                def backward(ctx, grad):
+                    return grad, None
+            def allgather_attention(q, k, v, pos, doc):
+                keys = gather_from_context_parallel_region(k, pos)
+                values = gather_from_context_parallel_region(v, pos)
+                g = q.shape[1] // k.shape[1]
+                keys, values = keys.repeat_interleave(g, 1), values.repeat_interleave(g, 1)
+                k_pos = torch.arange(pos.numel())
+                q_pos = pos[dist.get_rank()]
+                mask = (doc[k_pos][None] == doc[q_pos][:, None]) & (k_pos[None] <= q_pos[:, None])
+                return torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                        attn_mask=mask)
+        """),
+        "allgather_sp_gather": ("check_allgather", """
+            from parlab.tp import gather_from_sequence_parallel_region
+            def allgather_attention(q, k, v, pos, doc):
+                keys = gather_from_sequence_parallel_region(k.transpose(1, 2)).transpose(1, 2)
+                return q + keys.sum() * 0
         """),
     },
 )

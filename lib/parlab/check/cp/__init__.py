@@ -7,6 +7,8 @@ r"""Graded checks of module 05, "Context parallelism"; test cells import them fr
 - `check_layouts(layout_positions)` (exercise 4, `layouts`): striped and zigzag.
 - `check_ulysses(seq_to_heads, heads_to_seq)` (exercise 5, `ulysses`): Ulysses' two
   all-to-all reshuffles, then attention built from them, forward and backward.
+- `check_allgather(allgather_attention)` (exercise 6, `allgather`): Llama 3's all-gather
+  attention under a document-and-causal mask in the zigzag layout, outputs and gradients.
 
 `common` holds the sizes (6 tokens per rank: 12, 18, 24 tokens on 2, 3, 4 ranks), the
 float64 references and the likely-mistake sentences; `ranks` what the ring checks do in the
@@ -15,6 +17,7 @@ from outside the learner's code and parlab's), the checks made before a tensor i
 and the inputs compared after the call.
 """
 
+from parlab.check.cp.allgather import check_allgather
 from parlab.check.cp.backward import check_ring_backward
 from parlab.check.cp.forward import check_ring_forward
 from parlab.check.cp.layouts import check_layouts
@@ -23,4 +26,4 @@ from parlab.check.cp.ulysses import check_ulysses
 from parlab.errors import CheckFailed
 
 __all__ = ["check_merge", "check_ring_forward", "check_ring_backward", "check_layouts",
-           "check_ulysses", "CheckFailed"]
+           "check_ulysses", "check_allgather", "CheckFailed"]
