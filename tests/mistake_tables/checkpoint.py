@@ -1,18 +1,25 @@
-"""Module 09. The check runs as the hidden test does (quiet=True: every case); its reference
-is torch.distributed.checkpoint on 4 ranks, about 6 s, once: the check keeps DCP's pieces of
-each case for the process's life, so the later cases start no ranks (t is unused: 1)."""
+"""Module 09. The checks run as the hidden tests do (quiet=True: every case). check_reshard's
+reference is torch.distributed.checkpoint on 4 ranks, about 6 s, once: the check keeps DCP's
+pieces of each case for the process's life, so the later cases start no ranks (t is unused:
+1). check_policy starts no ranks (its reference is a numeric minimisation, in-process)."""
 
 from mistakes import Table
 
 from parlab.check import checkpoint as ckcheck
+from parlab.check import checkpoint_policy as policycheck
 
 TABLE = Table(
     module="09_checkpoints_and_restarts",
-    answers=1,
-    checks={"check_reshard": lambda ns, t: ckcheck.check_reshard(ns.reshard, quiet=True)},
-    sizes={"check_reshard": (1,)},
+    answers=2,
+    checks={"check_reshard": lambda ns, t: ckcheck.check_reshard(ns.reshard, quiet=True),
+            "check_policy": lambda ns, t: policycheck.check_policy(ns.choose_policy,
+                                                                   hidden=True, quiet=True)},
+    sizes={"check_reshard": (1,), "check_policy": (1,)},
     required=frozenset({"weight_only", "wrong_dim", "split_in_two", "views_of_whole",
-                        "modifies_input", "reversed_order", "returns_one_tensor"}),
+                        "modifies_input", "reversed_order", "returns_one_tensor",
+                        "policy_interval_in_minutes", "policy_no_factor_two",
+                        "policy_restart_ignored", "policy_always_async",
+                        "policy_async_whole_save"}),
     slow_solutions=frozenset({"check_reshard"}),
     refusal="the course's own",
     reexports={
@@ -33,6 +40,22 @@ TABLE = Table(
             from torch.distributed.tensor import DTensor
             def reshard(pieces, dim, t_new):
                 return DTensor.redistribute(pieces[0]["weight"])
+        """),
+        "wrapped_best_policy": ("check_policy", """
+            from parlab import costs
+            def choose_policy(mtbf_s, sync_save_s, async_stall_s, async_write_s, restart_s):
+                p = costs.best_policy(mtbf=mtbf_s, sync_save=sync_save_s,
+                                      async_stall=async_stall_s, async_write=async_write_s,
+                                      restart=restart_s)
+                return p.interval, p.mode, p.overhead
+        """),
+        "overhead_from_costs": ("check_policy", """
+            import math
+            from parlab.costs import checkpoint_overhead
+            def choose_policy(mtbf_s, sync_save_s, async_stall_s, async_write_s, restart_s):
+                tau = math.sqrt(2 * async_stall_s * mtbf_s)
+                return tau, "async", checkpoint_overhead(
+                    tau, mtbf=mtbf_s, save_stall=async_stall_s, restart=restart_s)
         """),
     },
 )

@@ -20,7 +20,7 @@ own test and the rest still grade.
   (`refuse_in_rank`, `not_reexport`, `not_reference`).
 - One package or module per course module: `collectives` (00), `fsdp` (01), `tp` (02),
   `sp` (03), `pp` (04), `cp` (05), `moe` (06), `composition` and `capstone` (07), `whole`
-  (08), `checkpoint` (09).
+  (08), `checkpoint` and `checkpoint_policy` (09).
 
 Tolerances: float32 results that only differ in summation order agree to about 1e-6
 relative; we allow `rtol=1e-5, atol=1e-6` unless a check states otherwise.

@@ -7,7 +7,9 @@ Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
   (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07), `whole` (08: the
   3D rank grid with its links, memory per GPU as recomputation and ZeRO change),
   `whole_trace` (08: one traced 3D step, rank by rank),
-  `checkpoint` (09: which piece of which tensor a distributed checkpoint holds in which file).
+  `checkpoint` (09: which piece of which tensor a distributed checkpoint holds in which file),
+  `checkpoint_policy` (09: the save interval against the failure rate, sync or async saves,
+  and a measured save's stall).
 """
 
 from parlab.widgets.checkpoint import (
@@ -15,6 +17,13 @@ from parlab.widgets.checkpoint import (
     checkpoint_pieces,
     describe_checkpoint,
     plot_checkpoint,
+)
+from parlab.widgets.checkpoint_policy import (
+    describe_policy,
+    plot_policy,
+    plot_save_stalls,
+    policy_explorer,
+    policy_summary,
 )
 from parlab.widgets.cp import (
     describe_work,
@@ -106,4 +115,5 @@ __all__ = [
     "memory_summary_3d", "describe_memory_3d", "plot_memory_3d", "memory_explorer_3d",
     "h100_cluster", "classify", "last_step", "plot_step_trace",
     "Piece", "checkpoint_pieces", "describe_checkpoint", "plot_checkpoint",
+    "policy_summary", "describe_policy", "plot_policy", "policy_explorer", "plot_save_stalls",
 ]
