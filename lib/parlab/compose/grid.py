@@ -5,6 +5,7 @@ r"""The rank grid of a composed run: this rank's coordinates, its process groups
     grid.tp, grid.cp, grid.pp, grid.ep       # the axis groups (parlab.mesh.new_groups)
     grid.dp                                  # dense gradients: the dp × ep × cp ranks
     grid.expert_dp                           # expert gradients: the dp × cp ranks
+    gradient_groups(mesh)                    # both as lists of ranks, for every group
     rows = grid.batch_rows(global_batch)     # this replica's rows of every global batch
     pos = grid.positions(16, sequence_parallel=True)   # this rank's positions (CP layout)
 
@@ -38,7 +39,7 @@ from parlab.cp.layout import layout_positions, position_table
 from parlab.launch import nccl_rules, uses_nccl
 from parlab.mesh import Mesh, make_mesh, new_groups
 
-__all__ = ["Grid", "Positions", "make_grid", "group_size"]
+__all__ = ["Grid", "Positions", "make_grid", "group_size", "gradient_groups"]
 
 
 def group_size(group: dist.ProcessGroup | None) -> int:
@@ -152,11 +153,17 @@ def _lines(grid: Tensor, keep: tuple[int, ...]) -> list[list[int]]:
     return [g.flatten().tolist() for g in moved.reshape(-1, *moved.shape[len(keep):])]
 
 
+def gradient_groups(mesh: Mesh) -> dict[str, list[list[int]]]:
+    """The ranks of every data-parallel group, as lists: "dp" (dense gradients: same pp and
+    tp, dp × ep × cp vary) and "expert_dp" (expert gradients: same pp, ep and tp, dp × cp
+    vary). `make_grid` makes these groups; module 07's MoE exercise checks against them."""
+    g = mesh.grid  # (dp, pp, ep, cp, tp)
+    return {"dp": _lines(g, (1, 4)), "expert_dp": _lines(g, (1, 2, 4))}
+
+
 def _custom_groups(mesh: Mesh, rank: int) -> dict[str, dist.ProcessGroup]:
     """The groups that are not lines of one axis; every rank creates every group."""
-    g = mesh.grid  # (dp, pp, ep, cp, tp)
-    wanted = {"dp": _lines(g, (1, 4)),  # same pp, tp: dense data-parallel (dp, ep, cp vary)
-              "expert_dp": _lines(g, (1, 2, 4)),  # same pp, ep, tp: an expert's copies
+    wanted = {**gradient_groups(mesh),
               "embedding": [[line[0], line[-1]] for line in mesh.groups("pp")]}
     mine = {}
     for name, lines in wanted.items():

@@ -23,16 +23,30 @@ sends $N$ tokens to $k$ experts each, chosen uniformly among $E$ experts spread 
   to the NVLink bytes; $(G - 1) + 2(g - 1)$ messages.
 Time $= \alpha\,\text{messages} + \text{inter bytes}/B_\text{inter} + \text{intra
 bytes}/B_\text{intra}$ (links used one after the other: a bound, not a simulation).
+
+Rows an expert layer computes (`expert_rows`). With a capacity $c$ every expert runs $c$
+rows, padding included, and an expert offered $n_e > c$ assignments drops $n_e - c$: $Ec$ rows
+in all. Dropless (MegaBlocks, Gale et al. 2022) runs exactly $\sum_e n_e = Nk$ rows as one
+grouped GEMM over groups of $n_e$ rows: no padding, no drop, a largest group of $\max_e n_e$.
+
+Data-parallel sizes under EP (`data_parallel_sizes`). Megatron-Core lays the same ranks out
+twice: dense layers as TP × CP × DP × PP, expert layers as ETP × EP × EDP × PP (ETP, the
+expert tensor-parallel size, splits each expert's matrices inside an EP rank). A dense weight
+is copied on the DP·CP ranks of its (pp, tp) place, $\text{world}/(p\,t)$ of them; an expert's on
+the EDP $= \text{world}/(p \cdot \mathrm{ep} \cdot \mathrm{etp})$ ranks. In this course's grid
+(`parlab.compose.grid`, etp = t) the dense DP is $d e$, the dense replicas $d e c$ and EDP $d c$.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from parlab import costs
 from parlab.moe.layer import expert_capacity
 
-__all__ = ["ep_a2a_bytes", "a2a_cost", "uniform_remote_nodes"]
+__all__ = ["ep_a2a_bytes", "a2a_cost", "uniform_remote_nodes", "expert_rows",
+           "data_parallel_sizes"]
 
 
 def ep_a2a_bytes(n_tokens: int, hidden: int, ep: int, *, num_experts: int, k: int,
@@ -67,3 +81,46 @@ def a2a_cost(n_tokens: int, hidden: int, *, k: int, num_experts: int, nodes: int
         out[name] = {"inter_bytes": inter, "intra_bytes": intra, "messages": float(msgs),
                      "seconds": alpha * msgs + inter / inter_bw + intra / intra_bw}
     return out
+
+
+def expert_rows(loads: Sequence[int], *, capacity: int | None) -> dict[str, int]:
+    """Rows the experts compute for assignment counts `loads` (E,): with `capacity` slots each
+    (padded and dropping), or dropless (`capacity=None`: one grouped GEMM of the exact loads).
+
+    {"computed": rows run, "padding": empty slots run, "dropped": assignments not served,
+    "largest": the largest group (the slowest expert's rows)}."""
+    loads = [int(n) for n in loads]
+    if any(n < 0 for n in loads):
+        raise ValueError(f"loads {loads} must be counts of assignments (>= 0)")
+    if capacity is None:
+        return {"computed": sum(loads), "padding": 0, "dropped": 0, "largest": max(loads)}
+    if capacity < 0:
+        raise ValueError(f"capacity={capacity} must be >= 0 slots per expert")
+    kept = [min(n, capacity) for n in loads]
+    return {"computed": capacity * len(loads), "padding": capacity * len(loads) - sum(kept),
+            "dropped": sum(loads) - sum(kept), "largest": capacity}
+
+
+def data_parallel_sizes(world: int, *, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1,
+                        expert_tp: int | None = None) -> dict[str, int]:
+    """How many ranks hold a copy of each weight, Megatron-Core's way (module docstring).
+
+    {"dp": Megatron's data-parallel size world/(pp·tp·cp) (this course's d·e),
+    "dense_replicas": ranks a dense weight's gradient is averaged over, world/(pp·tp) = DP·CP,
+    "expert_dp": EDP = world/(pp·ep·etp), the copies of one expert (this course's d·c when
+    etp = tp, the default), "course_dp": d = DP/ep, the dp coordinate of `parlab.mesh`}."""
+    etp = tp if expert_tp is None else expert_tp
+    for name, n in (("world", world), ("pp", pp), ("tp", tp), ("cp", cp), ("ep", ep),
+                    ("expert_tp", etp)):
+        if n < 1:
+            raise ValueError(f"{name}={n} must be a positive integer")
+    if world % (pp * tp * cp):
+        raise ValueError(f"pp·tp·cp = {pp * tp * cp} does not divide world={world}")
+    dp = world // (pp * tp * cp)
+    if dp % ep:
+        raise ValueError(f"ep={ep} does not divide the data-parallel size {dp}: EP is folded "
+                         "into DP, so it must divide it")
+    if world % (pp * ep * etp):
+        raise ValueError(f"pp·ep·etp = {pp * ep * etp} does not divide world={world}")
+    return {"dp": dp, "dense_replicas": dp * cp, "expert_dp": world // (pp * ep * etp),
+            "course_dp": dp // ep}

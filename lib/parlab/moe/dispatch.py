@@ -96,8 +96,12 @@ def _exchange_counts(per_expert: Tensor, ep: int, group: dist.ProcessGroup | Non
 
 
 def _run_local(shard: ExpertShard, rows: Tensor, local_ids: Tensor) -> Tensor:
-    """Each local expert on the rows that carry its id; same order out as in."""
-    out = torch.zeros_like(rows)
+    """Each local expert on the rows that carry its id; same order out as in.
+
+    Starts from rows * 0, not zeros_like(rows): the result stays in the autograd graph when
+    this rank got no rows at all, so its backward still runs the two all-to-alls its ep
+    peers run (and its experts' .grad stays None: they computed nothing)."""
+    out = rows * 0
     for j in range(shard.local):
         sel = (local_ids == j).nonzero().flatten()
         if sel.numel():

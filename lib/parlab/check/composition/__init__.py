@@ -4,6 +4,9 @@
 - `groups`: exercise 1, the rank grid (`check_axis_groups`) and its process groups on ranks
   (`check_build_groups`).
 - `place`: exercise 2, each axis placed on the nodes and priced in bytes (`check_placement`).
+- `moe_groups`, `moe_grads`: exercises 1c and 1d, the dense and expert data-parallel groups of
+  a grid with EP (`check_moe_groups`) and an MoE block's gradients reduced over them against
+  one device (`check_moe_grads`).
 - `practice`: exercise 3, the two practice problems (`check_fit_state`, `check_tp_vs_pp`).
 - `common`: the references an answer may not use, the grids, the exercise keys.
 
@@ -11,9 +14,12 @@ Exercise 4, the capstone, has its own module: `parlab.check.capstone`.
 """
 
 from parlab.check.composition.groups import BUILD_CASES, check_axis_groups, check_build_groups
+from parlab.check.composition.moe_grads import check_moe_grads
+from parlab.check.composition.moe_groups import check_moe_groups
 from parlab.check.composition.place import check_placement
 from parlab.check.composition.practice import check_fit_state, check_tp_vs_pp
 from parlab.errors import CheckFailed
 
 __all__ = ["check_axis_groups", "check_build_groups", "check_placement", "check_fit_state",
-           "check_tp_vs_pp", "BUILD_CASES", "CheckFailed"]
+           "check_tp_vs_pp", "check_moe_groups", "check_moe_grads", "BUILD_CASES",
+           "CheckFailed"]

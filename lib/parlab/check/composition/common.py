@@ -26,6 +26,7 @@ FORMULA_REFUSAL = ("parlab.costs, parlab.plan or parlab.mesh (plain arithmetic, 
 KEYS = {"axis_groups": "composition.axis_groups", "build_groups": "composition.build_groups",
         "placement": "composition.placement", "fit_state": "composition.fit_state",
         "tp_vs_pp": "composition.tp_vs_pp", "sync_gradients": "capstone.sync_gradients",
+        "moe_groups": "composition.moe_groups", "moe_grads": "composition.moe_grads",
         "capstone": "capstone.train_dp_tp"}  # exercise keys for parlab.check.exercise
 GRIDS: list[tuple[int, dict[str, int]]] = [  # (world_size, sizes): the visible check uses 2
     (8, {"dp": 2, "pp": 2, "tp": 2}), (4, {"dp": 2, "tp": 2}),
