@@ -3,7 +3,9 @@ paper's architecture (80 layers, width 8192, SwiGLU 28672, 64 heads over 8 KV he
 vocabulary 128256, untied embeddings), as the notebook builds them. check_train_3d runs the
 visible run on t = 8 (DP2 x PP2 x TP2 + SP, AdamW) and the hidden one on t = 6 (SGD); its
 mistakes are marked slow, and its solution is not run here: it passes both runs in
-tests/test_notebooks.py (a), where the course run autogrades the answered notebook."""
+tests/test_notebooks.py (a), where the course run autogrades the answered notebook. The same
+holds for check_clip_grad_norm (4 ranks visible; 8 and 4 hidden), whose mistakes run its
+visible grids only."""
 
 from mistakes import Table
 
@@ -25,22 +27,26 @@ CHECKS = {
     "check_train_3d": lambda ns, t: wholecheck.check_train_3d(ns.train_3d, quiet=t != 8),
     "check_plan_70b": lambda ns, t: wholecheck.check_plan_70b(
         ns.memory_per_gpu, ns.bytes_per_step, ns.my_plan, quiet=True, **PLAN_ARGS),
+    "check_clip_grad_norm": lambda ns, t: wholecheck.check_clip_grad_norm(ns.clip_grad_norm_),
 }
 TABLE = Table(
     module="08_the_whole_machine",
-    answers=4,
+    answers=5,
     checks=CHECKS,
     sizes={"check_overlapped_ddp": (2,), "check_recompute": (1,), "check_train_3d": (8,),
-           "check_plan_70b": (1,)},
-    solution_sizes={"check_overlapped_ddp": (2, 4), "check_train_3d": ()},
+           "check_plan_70b": (1,), "check_clip_grad_norm": (4,)},
+    solution_sizes={"check_overlapped_ddp": (2, 4), "check_train_3d": (),
+                    "check_clip_grad_norm": ()},
     where={check: ("rank ", "recompute_forward(", "saved_bytes_formula(", "memory_per_gpu(",
-                   "bytes_per_step(", "step ") for check in CHECKS},
+                   "bytes_per_step(", "step ", " × TP 2") for check in CHECKS},
     slow_checks=frozenset({"check_train_3d"}),
     required=frozenset({
         "ddp_allreduce_every_microbatch", "ddp_tensor_hook", "ddp_no_overlap",  # 18.3
         "recompute_whole_attention", "recompute_formula_no_ln_stats",  # 18.4
         "train3d_no_sp_reduction", "train3d_whole_model", "train3d_summed_dp",  # 18.5
-        "ddp_divide_by_two", "ddp_ignores_group", "plan_floor_layers"}),  # 16.1
+        "ddp_divide_by_two", "ddp_ignores_group", "plan_floor_layers",  # 16.1
+        "clip_tp_copies_counted", "clip_tied_counted_twice", "clip_no_pp_reduction",  # 33.3
+        "clip_dp_masked_not_reduced", "clip_norms_added", "clip_per_rank"}),
     reexports={
         "alias_ddp": ("check_overlapped_ddp",
                       "from parlab.dp import BucketedDDP as OverlappedDDP"),
@@ -100,6 +106,13 @@ TABLE = Table(
         "wrapped_train": ("check_train_3d", """
             def train_3d(cfg, plan, steps, *, lr, make_optimizer):
                 return train(cfg, plan, steps, lr=lr)
+        """),
+        "alias_clip": ("check_clip_grad_norm",
+                       "from parlab.compose import clip_grad_norm_"),
+        "wrapped_clip": ("check_clip_grad_norm", """
+            import parlab.compose
+            def clip_grad_norm_(specs, max_norm, grid):
+                return parlab.compose.clip_grad_norm_(specs, max_norm, grid)
         """),
     },
 )
