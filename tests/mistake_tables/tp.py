@@ -18,10 +18,14 @@ CHECKS = {
                                                                    world_size=t, quiet=True),
     "check_tp_block": lambda ns, t: tpcheck.check_tp_block(ns.TPBlock, ns.layer_bytes,
                                                            world_size=t, quiet=True),
+    "check_vocab_embedding": lambda ns, t: tpcheck.check_vocab_embedding(
+        ns.VocabParallelEmbedding, world_size=t, quiet=True),
+    "check_vocab_cross_entropy": lambda ns, t: tpcheck.check_vocab_cross_entropy(
+        ns.vocab_parallel_cross_entropy, world_size=t, quiet=True),
 }
 TABLE = Table(
     module="02_tensor_parallel",
-    answers=6,
+    answers=8,
     checks=CHECKS,
     sizes={check: (2, 4) for check in CHECKS},
     solution_sizes={check: (2, 3, 4) for check in CHECKS},
@@ -32,7 +36,10 @@ TABLE = Table(
         "extra_g", "gelu_forgotten", "swapped_layers",  # issue 15.2
         "extra_f",  # 16.8
         "shard_view", "hardcoded_heads", "fresh_layernorm", "residual_in_place",  # 16
-        "layer_bytes_forward_only"}),  # 16.8, two mistakes with one formula
+        "layer_bytes_forward_only",  # 16.8, two mistakes with one formula
+        "vocab_lookup_not_zeroed", "vocab_ids_not_shifted", "vocab_rows_not_padded",  # 33.1
+        "ce_no_max_shift", "ce_local_max", "ce_target_every_rank", "ce_padding_counted",
+        "ce_all_gather_logits"}),
     reexports={
         "alias": ("check_tp_mlp", "from parlab.tp import TPMLP"),
         "subclass": ("check_tp_mlp", """
@@ -55,6 +62,14 @@ TABLE = Table(
             import parlab.tp
             def f(x):
                 return parlab.tp.copy_to_tp_region(x)
+        """),
+        "vocab_alias": ("check_vocab_embedding",
+                        "from parlab.tp import VocabParallelEmbedding"),
+        "vocab_loss_wrapper": ("check_vocab_cross_entropy", """
+            import parlab.tp
+            def vocab_parallel_cross_entropy(logits_shard, target, vocab_size):
+                return parlab.tp.vocab_parallel_cross_entropy(logits_shard, target,
+                                                              vocab_size=vocab_size)
         """),
         "bytes_alias": ("check_tp_block",
                         "from parlab.costs import tp_bytes_per_layer as layer_bytes"),

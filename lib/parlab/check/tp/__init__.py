@@ -8,6 +8,8 @@ r"""Graded checks of module 02, "Tensor parallelism": one module per exercise.
 | `check_row_first`        | 4        | `mlp`       | 1, 2                 |
 | `check_tp_attention`     | 5        | `attention` | 1, 2                 |
 | `check_tp_block`         | 6        | `block`     | 1, 2, 3, 5           |
+| `check_vocab_embedding`  | 7        | `vocab`     | 1                    |
+| `check_vocab_cross_entropy` | 8     | `vocab`     |                      |
 
 Every check runs the learner's code on `world_size` ranks (`parlab.check.run_checked`) and
 compares it, rank by rank, with the single-device module built from the same weights, every
@@ -17,7 +19,9 @@ unchanged. The tracer (`parlab.comm.trace`) counts the collectives of the forwar
 backward pass separately. A later check that fails while an exercise it builds on failed says
 so first (`parlab.check.exercise`; the keys and prerequisites: `keys`). Shared sizes and the
 helpers run in the ranks: `common`; the likely-mistake sentences: `hints`; comparisons made in
-the parent: `compare`; the byte formula: `formula`.
+the parent: `compare`; the byte formula: `formula`. The vocabulary exercises (7, 8) compare
+with F.embedding and F.cross_entropy computed in the kernel, and measure that the loss never
+moves the logits (`vocab`; its likely mistakes: `vocab_hints`).
 
 Inputs and tolerances:
 - f and g (exercise 1): rank r's input is filled with r and its upstream gradient with r + 1,
@@ -38,7 +42,9 @@ from parlab.check.tp.block import check_tp_block
 from parlab.check.tp.fg import check_f_g
 from parlab.check.tp.linears import check_parallel_linears
 from parlab.check.tp.mlp import check_row_first, check_tp_mlp
+from parlab.check.tp.vocab import check_vocab_cross_entropy, check_vocab_embedding
 from parlab.errors import CheckFailed
 
 __all__ = ["check_f_g", "check_parallel_linears", "check_tp_mlp", "check_row_first",
-           "check_tp_attention", "check_tp_block", "CheckFailed"]
+           "check_tp_attention", "check_tp_block", "check_vocab_embedding",
+           "check_vocab_cross_entropy", "CheckFailed"]

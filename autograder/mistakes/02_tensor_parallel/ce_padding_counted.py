@@ -1,0 +1,49 @@
+"""Mistake: the padded columns past V take part in the softmax.
+
+Right when t divides V; with V = 37 on 2 ranks the last rank's padded column holds a value
+above every real logit (the check puts one there, as an untrained padded row of the head may),
+and it wins the softmax.
+
+Replaces VocabParallelCrossEntropy and vocab_parallel_cross_entropy (exercise 8).
+"""
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+CAUGHT_BY = {
+    "check_vocab_cross_entropy": "the padded columns past V took part in the softmax",
+}
+
+
+class VocabParallelCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits_shard, target, vocab_size):
+        rank = dist.get_rank()
+        n = logits_shard.shape[-1]
+        start = rank * n
+        x = logits_shard  # wrong: the padded columns past vocab_size are kept
+        m = x.amax(dim=-1)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        x = x - m.unsqueeze(-1)
+        outside = (target < start) | (target >= start + n)
+        local = (target - start).masked_fill(outside, 0)
+        picked = x.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        dist.all_reduce(picked)
+        e = x.exp()
+        total = e.sum(dim=-1)
+        dist.all_reduce(total)
+        softmax = e / total.unsqueeze(-1)
+        ctx.save_for_backward(softmax, local, outside)
+        return (total.log() - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local, outside = ctx.saved_tensors
+        onehot = F.one_hot(local, softmax.shape[-1]).to(softmax.dtype)
+        onehot = onehot.masked_fill(outside.unsqueeze(-1), 0.0)
+        return (softmax - onehot) * (grad / local.numel()), None, None
+
+
+def vocab_parallel_cross_entropy(logits_shard, target, vocab_size):
+    return VocabParallelCrossEntropy.apply(logits_shard, target, vocab_size)
