@@ -12,7 +12,9 @@ ranks, `call_learner(refuse=...)` in the kernel):
 - exercise 3 (`train_3d`): the composed training of `parlab.compose` (train, train_step,
   setup, finalize_grads) and exercise 1's references; the pieces (grid, stages, schedule
   runner, sum_grads, allreduce_sequence_parallel_grads) are allowed;
-- exercise 4 (`memory_per_gpu`, `bytes_per_step`): the planner's cost model, `parlab.plan`.
+- exercise 4 (`memory_per_gpu`, `bytes_per_step`): the planner's cost model, `parlab.plan`;
+- exercise 5 (`clip_grad_norm_`): `parlab.compose.clip_grad_norm_` and its `owns`, refused in
+  the ranks by `parlab.check.whole.clip` itself.
 """
 
 from __future__ import annotations
