@@ -24,6 +24,13 @@ CHECKS = {
         ns.nodes_spanned, ns.bytes_per_step, quiet=True),
     "check_fit_state": lambda ns, t: compcheck.check_fit_state(ns.fit_state, quiet=True),
     "check_tp_vs_pp": lambda ns, t: compcheck.check_tp_vs_pp(ns.tp_vs_pp, quiet=True),
+    "check_moe_groups": lambda ns, t: (
+        compcheck.check_moe_groups(ns.moe_groups, timeout=TIMEOUT),
+        compcheck.check_moe_groups(ns.moe_groups, quiet=True, timeout=TIMEOUT)),
+    "check_moe_grads": lambda ns, t: (
+        compcheck.check_moe_grads(ns.moe_groups, ns.reduce_moe_grads, timeout=TIMEOUT),
+        compcheck.check_moe_grads(ns.moe_groups, ns.reduce_moe_grads, quiet=True,
+                                  timeout=TIMEOUT)),
     "check_sync_gradients": lambda ns, t: (
         capcheck.check_sync_gradients(ns.sync_gradients),
         capcheck.check_sync_gradients(ns.sync_gradients, quiet=True)),
@@ -32,17 +39,17 @@ CHECKS = {
 }
 TABLE = Table(
     module="07_composition",
-    answers=7,
+    answers=9,
     checks=CHECKS,
     sizes={check: (T,) for check in CHECKS},
     # these run exactly as their test cells do, which the course run runs on the solutions
     # (tests/test_notebooks.py (a)): no second passing control here
     solution_sizes={check: () for check in (
-        "check_build_groups", "check_sync_gradients", "check_capstone",
-        "check_capstone_hidden")},
+        "check_build_groups", "check_moe_groups", "check_moe_grads", "check_sync_gradients",
+        "check_capstone", "check_capstone_hidden")},
     where={check: ("rank ",) for check in (
-        "check_build_groups", "check_sync_gradients", "check_capstone",
-        "check_capstone_hidden")},
+        "check_build_groups", "check_moe_groups", "check_moe_grads", "check_sync_gradients",
+        "check_capstone", "check_capstone_hidden")},
     where_exempt=("hung", "single device"),
     slow_checks=frozenset({"check_capstone", "check_capstone_hidden"}),
     required=frozenset({
@@ -52,7 +59,10 @@ TABLE = Table(
         # formulas wrapped, hints that name both mistakes giving the same ratio
         "dp_groups_of_two", "consecutive_groups_fill_nodes", "sync_divides_by_two",
         "dp_rank_from_dp", "bytes_calls_costs", "tp_vs_pp_calls_costs",
-        "tp_bytes_forward_only", "layer_bytes_forward_only"}),
+        "tp_bytes_forward_only", "layer_bytes_forward_only",
+        # issue 33: MoE in the grid, the dense and expert data-parallel groups
+        "moe_experts_over_dense_group", "moe_expert_mean_over_copies", "moe_skips_none_grads",
+        "moe_dense_over_dp_only", "moe_groups_forget_cp", "moe_groups_tp_outermost"}),
     refusal="the course's own|parlab.capstone's",
     reexports={
         "wrapped_axis_groups": ("check_axis_groups", """
@@ -75,6 +85,19 @@ TABLE = Table(
                 return parlab.plan.nodes_spanned(mesh, ("tp",), gpus_per_node)
         """),
         "alias_sync": ("check_sync_gradients", "from parlab.capstone import sync_gradients"),
+        "wrapped_moe_groups": ("check_moe_groups", """
+            from parlab.compose.grid import make_grid
+            def moe_groups(sizes):
+                grid = make_grid(**sizes)
+                return {"dense": grid.dp, "expert": grid.expert_dp}
+        """),
+        "wrapped_reduce_moe_grads": ("check_moe_grads", """
+            from parlab.compose import sum_grads
+            def reduce_moe_grads(dense, experts, groups):
+                n = dist.get_world_size(groups["dense"])
+                sum_grads(dense, group=groups["dense"], scale=1 / n)
+                sum_grads(experts, group=groups["expert"], scale=1 / n)
+        """),
         "wrapped_fit_state": ("check_fit_state", """
             from parlab import costs
             def fit_state(n_params, n_gpus, gpu_bytes, gpus_per_node):
