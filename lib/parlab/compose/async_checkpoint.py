@@ -64,7 +64,8 @@ def state_bytes(state: dict[str, Any]) -> int:
 
 class AsyncSaver:
     """`save_state`, asynchronously: `save` returns once the state is copied to host memory;
-    the write runs in the background over a gloo group of its own (collective to build)."""
+    the write runs in the background over a gloo group of its own (collective to build).
+    `kind` is DCP's executor: a thread (the default, what the tests run) or a process."""
 
     def __init__(self, *, group: dist.ProcessGroup | None = None,
                  kind: AsyncCheckpointerType = AsyncCheckpointerType.THREAD) -> None:
