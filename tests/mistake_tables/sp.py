@@ -12,6 +12,9 @@ CHECKS = {
                                                          world_size=t, quiet=True),
     "check_sp_dropout": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
                                                                quiet=True),
+    # the visible test's second call: another p_drop than the notebook's 0.25
+    "check_sp_dropout_p": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
+                                                                 p_drop=0.1, quiet=True),
     "check_sp_block": lambda ns, t: spcheck.check_sp_block(ns.SPBlock, world_size=t, quiet=True),
     "check_sp_bytes": lambda ns, t: spcheck.check_sp_bytes(ns.SPBlock, ns.sp_layer_bytes,
                                                            world_size=t, quiet=True),

@@ -36,6 +36,7 @@ from parlab.check.tp.common import cpu, env, unchanged
 
 __all__ = ["check_sp_dropout"]
 TOL = {"rtol": 1e-12, "atol": 0.0}
+EXAMPLE_P = 0.25  # the notebook's p_drop, and the visible test's first
 STAGE = "sp_dropout(x, p_drop, generator)"
 MASK_HINT = ("draw the mask exactly as hidden_dropout does, for the whole (B, T, C) activation: "
              "keep = torch.rand((B, T, C), generator=generator) >= p_drop; then keep this "
@@ -76,7 +77,7 @@ def _dropout_worker(dropout: Callable, p_drop: float, seed: int) -> dict:
 
 
 def _stories(full: torch.Tensor, keep: torch.Tensor, p_drop: float, rank: int,
-             t: int) -> list[tuple[Any, str]]:
+             t: int, example: torch.Tensor | None) -> list[tuple[Any, str]]:
     """Wrong answers of rank's first call, each with what it says about the mistake."""
     drop = ~keep
     return [
@@ -95,7 +96,11 @@ def _stories(full: torch.Tensor, keep: torch.Tensor, p_drop: float, rank: int,
          "the mask is inverted and scaled by 1/p_drop: p_drop is the probability of DROPPING; "
          "keep = torch.rand(...) >= p_drop, x * keep / (1 - p_drop)"),
     ] + [(rows(full * keep / (1 - p_drop), q, t), f"it applies rank {q}'s rows of the mask: "
-          "rank r keeps rows r*T/t:(r+1)*T/t") for q in range(t) if q != rank]
+          "rank r keeps rows r*T/t:(r+1)*T/t") for q in range(t) if q != rank] + [
+        (rows(full * e / (1 - EXAMPLE_P), rank, t),
+         f"it dropped with p_drop = {EXAMPLE_P}, the notebook's example, not the p_drop = "
+         f"{p_drop:g} it was given: read p_drop from the argument")
+        for e in [example] if e is not None]
 
 
 def _check_saved(r: dict, rank: int, t: int) -> None:
@@ -109,7 +114,7 @@ def _check_saved(r: dict, rank: int, t: int) -> None:
 
 
 @exercise(KEY_DROPOUT)
-def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p_drop: float = 0.25,
+def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p_drop: float = EXAMPLE_P,
                      seed: int = 7, timeout: float = CHECK_TIMEOUT_S,
                      quiet: bool = False) -> None:
     """sp_dropout(x, p_drop, generator) on rank r's (2, 4, 8) shard of a (2, 4t, 8) activation
@@ -124,11 +129,13 @@ def check_sp_dropout(dropout: Callable, *, world_size: int = 2, p_drop: float = 
     gen = torch.Generator().manual_seed(seed)
     keeps = [dropout_keep_mask(tuple(full.shape), p_drop=p_drop, generator=gen)
              for _ in range(2)]
+    example = None if p_drop == EXAMPLE_P else dropout_keep_mask(
+        tuple(full.shape), p_drop=EXAMPLE_P, generator=torch.Generator().manual_seed(seed))
     masks = [r["first"] != 0 for r in results if isinstance(r["first"], torch.Tensor)]
     same = t > 1 and len(masks) == t and all(
         m.shape == masks[0].shape and torch.equal(m, masks[0]) for m in masks)
     for rank, r in enumerate(results):
-        stories = _stories(full, keeps[0], p_drop, rank, t)
+        stories = _stories(full, keeps[0], p_drop, rank, t, example)
         hint = SAME_SEED if same else story(r["first"], stories)
         assert_close(r["first"], rows(full * keeps[0] / (1 - p_drop), rank, t), rank=rank,
                      **TOL,
