@@ -94,14 +94,12 @@ TABLE = Table(
         "wrapped_planner": ("check_plan_70b", """
             from parlab import plan as planner
             def memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch,
-                               microbatches):
+                               microbatches, stage):
                 shape = planner.Shape(dp=sizes.get("dp", 1), pp=sizes.get("pp", 1), ep=1,
                                       cp=sizes.get("cp", 1), tp=sizes.get("tp", 1))
-                out = planner.state_memory(model, shape, strategy)
-                out["activations"] = planner.activation_memory(
-                    model, shape, micro_batch=micro_batch, microbatches=microbatches,
-                    recompute=recompute)
-                return out
+                return planner.stage_memory(
+                    model, shape, strategy=strategy, micro_batch=micro_batch,
+                    microbatches=microbatches, recompute=recompute, stage=stage)
         """),
         "wrapped_train": ("check_train_3d", """
             def train_3d(cfg, plan, steps, *, lr, make_optimizer):

@@ -6,10 +6,10 @@ CAUGHT_BY = {"check_plan_70b": "holds min(p, m) micro-batches"}
 _memory = memory_per_gpu  # noqa: F821
 
 
-def memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches):
+def memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches, stage):
     out = _memory(model, sizes, strategy=strategy, recompute=recompute, micro_batch=micro_batch,
-                  microbatches=microbatches)
+                  microbatches=microbatches, stage=stage)
     p = sizes.get("pp", 1)
-    if recompute != "full":
+    if recompute != "full" and stage == "first":
         out["activations"] *= microbatches / min(p, microbatches)  # the mistake
     return out

@@ -6,9 +6,9 @@ CAUGHT_BY = {"check_plan_70b": "divided by the dp·cp ranks that share it under 
 _memory = memory_per_gpu  # noqa: F821
 
 
-def memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches):
+def memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches, stage):
     out = _memory(model, sizes, strategy=strategy, recompute=recompute, micro_batch=micro_batch,
-                  microbatches=microbatches)
+                  microbatches=microbatches, stage=stage)
     if strategy == "zero1":
         out["optimizer state"] *= sizes.get("cp", 1)  # the mistake: 12 P_0 / t / dp
     return out

@@ -1,20 +1,22 @@
 r"""Module 08, exercise 4: a plan of one's own for a 70B-class model on 256 H100.
 
-`memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches)` -> {part:
-bytes} (weights, gradients, optimizer state, activations) on the first pipeline stage, and
-`bytes_per_step(model, cluster, sizes, *, micro_batch, microbatches)` -> {axis: {"bytes",
-"link"}} for every axis of size > 1 (dp always), with `sizes` = {"dp", "tp", "pp", "cp"}
-(a missing axis has size 1) and a dense `parlab.plan.Model`. Compared with the planner of
-module 07 (`parlab.plan.state_memory`, `activation_memory`, `axis_bytes` and the links of
-`parlab.plan.evaluate`), bytes to 1e-9 relative, at the learner's own plan and at shapes
-where the wrong forms differ: a pipeline that does not divide the 80 layers (16, 32 stages),
-TP across nodes (16), CP 4, DP without TP, ZeRO-1 and plain DP, all three recompute policies.
-While the functions run, `parlab.plan` raises CheckFailed; `parlab.costs`' closed forms and
-`parlab.mesh` are allowed.
+`memory_per_gpu(model, sizes, *, strategy, recompute, micro_batch, microbatches, stage)` ->
+{part: bytes} (weights, gradients, optimizer state, activations, logits) on the first or the
+last pipeline stage (`stage`), and `bytes_per_step(model, cluster, sizes, *, micro_batch,
+microbatches)` -> {axis: {"bytes", "link"}} for every axis of size > 1 (dp always), with
+`sizes` = {"dp", "tp", "pp", "cp"} (a missing axis has size 1) and a dense `parlab.plan.Model`.
+Compared with the planner of module 07 (`parlab.plan.stage_memory`, `axis_bytes` and the
+links of `parlab.plan.evaluate`), bytes to 1e-9 relative, both stages, at the learner's own
+plan and at shapes where the wrong forms differ: a pipeline that does not divide the 80 layers
+(16, 32 stages), TP across nodes (16), CP 4, DP without TP, ZeRO-1 and plain DP, all three
+recompute policies, p = 1 (one stage holds both ends). While the functions run, `parlab.plan`
+raises CheckFailed; `parlab.costs`' closed forms and `parlab.mesh` are allowed. The hints
+(`plan_hints`) name the logits' likely mistakes: bf16, not split over TP, on the first stage.
 
 The plan (`my_plan()` returns the plan, a dict of dp, tp, pp, cp, strategy, recompute and
 micro_batch, and `why`, a dict of sentences) must use the 256 GPUs, be kept by the planner
-(fits 90% of 80 GB, TP inside a node), and come with a sentence for every axis it uses.
+(its fullest GPU fits 90% of 80 GB, TP inside a node), and come with a sentence for every axis
+it uses.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from typing import Any
 from parlab.check._compare import expect_type, fail
 from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.whole.common import KEY_PLAN
+from parlab.check.whole.plan_hints import BYTES_HINTS, CHANGED, LINK, memory_hint
+from parlab.errors import CheckFailed
 
-PARTS = ("weights", "gradients", "optimizer state", "activations")
+PARTS = ("weights", "gradients", "optimizer state", "activations", "logits")
+STAGES = ("first", "last")
 SHAPES = [  # (sizes, strategy, recompute, micro_batch)
     ({"dp": 8, "tp": 4, "pp": 4, "cp": 2}, "zero1", "selective", 1),
     ({"dp": 4, "tp": 8, "pp": 8}, "ddp", "full", 1),
@@ -44,30 +49,6 @@ REFUSAL = "parlab.plan (the planner's own cost model)"
 PUBLISHED = {"tp": 4, "pp": 4, "cp": 2, "dp": 8}
 """NVIDIA's Megatron-Bridge recipe for Llama 3 70B on H100 in bf16 (TP 4 with SP, PP 4 with 5
 virtual stages, CP 2, micro-batch 1, sequence 8192; 64 GPUs there, so DP 8 on 256)."""
-MEMORY_HINTS = {
-    "weights": "weights are 2 bytes per parameter of the first stage, split over t: "
-               "P_0 = ceil(L/p) P_layer + Vh (2Vh when p = 1), P_layer = (N - 2Vh)/L",
-    "gradients": "gradients are 2 bytes per parameter of the first stage, split over t",
-    "optimizer state": "Adam's state is 12 bytes per parameter of the first stage over t, "
-                       "divided by the dp·cp ranks that share it under zero1 (not under ddp)",
-    "activations": "under 1F1B the first stage holds min(p, m) micro-batches of ceil(L/p) "
-                   "layers, each 34 s_c b h / t bytes (s_c = s/c, TP + SP), plus the scores "
-                   "5 a s_c s b / t when nothing is recomputed; full recomputation keeps "
-                   "2 s_c b h / t per layer plus one layer's 34 s_c b h / t",
-}
-BYTES_HINTS = {
-    "tp": "TP: m ceil(L/p) 16 (t-1)/t b s_c h (four ring all-reduces of a bf16 (b, s_c, h) per "
-          "layer and micro-batch)",
-    "cp": "CP: m ceil(L/p) (6c-4) 2 b s_c h / t (a bf16 K or V block of the rank's a/t heads: "
-          "K and V c-1 hops forward and c-1 backward, dK and dV c hops, the last one home)",
-    "pp": "PP: m 2 (2 b s_c h / t) (one activation forward, one gradient backward, bf16, each "
-          "TP rank its 1/t)",
-    "dp": "DP: one ring all-reduce of the first stage's bf16 gradients over the dp·cp ranks "
-          "that hold them, 2 (D-1)/D 2 P_0 / t with D = dp·cp",
-}
-LINK = ("a group rides NVLink when all its ranks r share r // gpus_per_node on the grid "
-        "arange(256).view(dp, pp, 1, cp, tp) (TP innermost); the DP group is the dp·cp ranks "
-        "with the same pp and tp coordinates")
 
 
 def _shape(sizes: dict[str, int]) -> Any:
@@ -78,13 +59,14 @@ def _shape(sizes: dict[str, int]) -> Any:
 
 
 def _reference(model: Any, cluster: Any, sizes: dict[str, int], strategy: str, recompute: str,
-               mb: int, m: int) -> tuple[dict[str, float], dict[str, tuple[str, float]]]:
+               mb: int, m: int) -> tuple[dict[str, dict[str, float]],
+                                         dict[str, tuple[str, float]]]:
     from parlab import plan
 
     shape = _shape(sizes)
-    memory = plan.state_memory(model, shape, strategy)
-    memory["activations"] = plan.activation_memory(model, shape, micro_batch=mb,
-                                                   microbatches=m, recompute=recompute)
+    memory = {stage: plan.stage_memory(model, shape, strategy=strategy, micro_batch=mb,
+                                       microbatches=m, recompute=recompute, stage=stage)
+              for stage in STAGES}
     judged = plan.evaluate(model, cluster, **shape._asdict(), strategy=strategy,
                            recompute=recompute, global_batch=m * mb * shape.dp, micro_batch=mb)
     return memory, {t.axis: (t.link, t.nbytes) for t in judged.traffic}
@@ -95,11 +77,49 @@ def _refused() -> list[Any]:
     from parlab.plan import costs
 
     return [plan.evaluate, plan.plan, costs.state_memory, costs.activation_memory,
-            costs.axis_bytes, costs.nodes_spanned, costs.stage_params, costs.stage_layers]
+            costs.logits_memory, costs.stage_memory, costs.fullest_stage, costs.axis_bytes,
+            costs.nodes_spanned, costs.stage_params, costs.stage_layers]
 
 
 def _near(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(b), 1.0)
+
+
+def _call_memory(memory_fn: Callable[..., Any], model: Any, case: tuple[dict[str, int], str,
+                 str, int], m: int, stage: str) -> tuple[str, Any]:
+    sizes, strategy, recompute, mb = case
+    args = f"sizes={sizes}, strategy={strategy!r}, recompute={recompute!r}, " \
+           f"micro_batch={mb}, microbatches={m}, stage={stage!r}"
+    old_answer = False
+    try:
+        got = call_learner(f"memory_per_gpu(model, {args})", functools.partial(
+            memory_fn, model, dict(sizes), strategy=strategy, recompute=recompute,
+            micro_batch=mb, microbatches=m, stage=stage), refuse=_refused(), refusal=REFUSAL)
+    except CheckFailed as failed:
+        if "keyword argument 'stage'" not in str(failed):
+            raise
+        old_answer = True
+    if old_answer:
+        fail("memory_per_gpu(...) takes no stage= argument", hint=CHANGED)
+    expect_type(got, dict, name="memory_per_gpu", what=f"a dict with keys {PARTS}")
+    if "logits" not in got and set(PARTS[:-1]) <= set(got):
+        fail(f"memory_per_gpu({args}) has no 'logits' entry", hint=CHANGED)
+    return args, got
+
+
+def _check_memory(memory_fn: Callable[..., Any], model: Any, case: tuple[dict[str, int], str,
+                  str, int], m: int, want: dict[str, dict[str, float]]) -> None:
+    for stage in STAGES:
+        args, got = _call_memory(memory_fn, model, case, m, stage)
+        for part in PARTS:
+            value = got.get(part)
+            expect_type(value, (int, float), name=f"memory_per_gpu(...)[{part!r}]", what="bytes")
+            if not _near(value, want[stage][part]):
+                fail(f"memory_per_gpu({args})[{part!r}] = {value:,.0f} bytes; the planner "
+                     f"says {want[stage][part]:,.0f}",
+                     hint=memory_hint(part, value, want[stage][part], stage=stage,
+                                      sizes=case[0], microbatches=m,
+                                      first_activations=want["first"]["activations"]))
 
 
 def _check_one(memory_fn: Callable[..., Any], bytes_fn: Callable[..., Any], model: Any,
@@ -107,18 +127,7 @@ def _check_one(memory_fn: Callable[..., Any], bytes_fn: Callable[..., Any], mode
     sizes, strategy, recompute, mb = case
     m = batch // (sizes.get("dp", 1) * mb)
     want_mem, want_bytes = _reference(model, cluster, sizes, strategy, recompute, mb, m)
-    args = f"sizes={sizes}, strategy={strategy!r}, recompute={recompute!r}, " \
-           f"micro_batch={mb}, microbatches={m}"
-    got = call_learner(f"memory_per_gpu(model, {args})", functools.partial(
-        memory_fn, model, dict(sizes), strategy=strategy, recompute=recompute, micro_batch=mb,
-        microbatches=m), refuse=_refused(), refusal=REFUSAL)
-    expect_type(got, dict, name="memory_per_gpu", what=f"a dict with keys {PARTS}")
-    for part in PARTS:
-        value = got.get(part)
-        expect_type(value, (int, float), name=f"memory_per_gpu(...)[{part!r}]", what="bytes")
-        if not _near(value, want_mem[part]):
-            fail(f"memory_per_gpu({args})[{part!r}] = {value:,.0f} bytes; the planner says "
-                 f"{want_mem[part]:,.0f}", hint=MEMORY_HINTS[part])
+    _check_memory(memory_fn, model, case, m, want_mem)
     args = f"sizes={sizes}, micro_batch={mb}, microbatches={m}"
     got = call_learner(f"bytes_per_step(model, cluster, {args})", functools.partial(
         bytes_fn, model, cluster, dict(sizes), micro_batch=mb, microbatches=m),
@@ -184,8 +193,9 @@ def check_plan_70b(memory_per_gpu: Callable[..., Any], bytes_per_step: Callable[
         _check_one(memory_per_gpu, bytes_per_step, model, cluster, case, global_batch)
     if not quiet:
         beside = ", ".join(f"{a.upper()} {own[0][a]} ({PUBLISHED[a]})" for a in PUBLISHED)
-        print(f"memory_per_gpu and bytes_per_step agree with the planner at your plan and "
-              f"{len(SHAPES)} other shapes; your plan, {judged.label}: "
-              f"{judged.memory_total / 1e9:.1f} GB per GPU, kept. Beside NVIDIA's published "
+        print(f"memory_per_gpu (first and last stage) and bytes_per_step agree with the "
+              f"planner at your plan and {len(SHAPES)} other shapes; your plan, {judged.label}: "
+              f"{judged.memory_total / 1e9:.1f} GB per GPU on its fullest stage "
+              f"({judged.stage}), kept. Beside NVIDIA's published "
               f"recipe (in brackets, 5 virtual stages per rank): {beside}")
     return judged
