@@ -87,8 +87,8 @@ def clip_jobs(jobs: list[tuple], max_norms: dict[str, float], inf_job: str) -> d
         wrong = counted_every_copy(specs)
         norm_type = float("inf") if name == inf_job else 2.0
         norm = clip_grad_norm_(specs, max_norms[name], rep.grid, norm_type=norm_type)
-        pieces = [(s.name, *_piece(s, rep.grid), s.param.grad.detach().clone())
-                  for s in specs]
+        pieces = [(s.name, *_piece(s, rep.grid),  # without a TP vocabulary's padding rows
+                   s.param.grad.detach()[:getattr(s, "rows", None)].clone()) for s in specs]
         out[name] = {"norm": float(norm), "wrong": wrong, "pieces": pieces,
                      "is_tensor": isinstance(norm, torch.Tensor)}
     return out

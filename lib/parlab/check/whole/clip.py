@@ -37,16 +37,15 @@ import torch.distributed as dist
 from parlab.check._compare import fail
 from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 
-__all__ = ["check_clip_grad_norm", "KEY_CLIP", "VISIBLE", "HIDDEN"]
+__all__ = ["check_clip_grad_norm", "KEY_CLIP"]
 
 KEY_CLIP = "08.clip_grad_norm"
-TIMEOUT_S = 40.0  # 8 ranks on 2 cores: ~4 s alone, up to 3x that beside other work
+TIMEOUT_S = 30.0  # one launch, 8 ranks at most: ~3 s alone on 2 cores, ~10 s at 3x the load
 NORM_RTOL = 1e-5  # float32 sums in another order: ~1e-7 relative measured
 GRAD_TOL = 1e-4  # of each tensor's largest entry, as tests/test_compose.py's step-0 gradients
 SAME_RTOL = 1e-6  # ranks that computed the same total agree to rounding
-HANG = ("a collective that only some ranks reach: every rank must make the same all-reduces "
-        "(over the world, or over its own grid.tp / grid.pp / ... groups); grid.embedding is "
-        "None on the ranks between the pipeline's ends")
+HANG = ("a collective that only some ranks reach: every rank must make the same all-reduces, "
+        "over the world or over its own groups (grid.embedding is None between the ends)")
 SQUARES = ("add squares, not norms: each rank sums g**2 over the pieces it counts, one "
            "all-reduce adds those sums, and the norm is the square root of the total")
 PER_RANK = ("each rank clipped with the norm of its own gradients (torch.nn.utils."
@@ -81,17 +80,13 @@ def _cases(quiet: bool) -> list[tuple[int, list[tuple[str, Any, Any]]]]:
         return [(4, [("PP 2 × TP 2", dense, Plan(pp=2, tp=2, micro_batch_size=2)),
                      ("DP 2 × TP 2 + SP", dense, Plan(dp=2, tp=2, sequence_parallel=True,
                                                       micro_batch_size=2))])]
-    return [(8, [("DP 2 × PP 2 × TP 2 + SP", dense, Plan(dp=2, pp=2, tp=2,
-                                                         sequence_parallel=True,
-                                                         micro_batch_size=2))]),
+    return [(8, [("DP 2 × PP 2 × TP 2 + SP", dense, Plan(
+                dp=2, pp=2, tp=2, sequence_parallel=True, micro_batch_size=2))]),
             (4, [("MoE EP 2 × TP 2 + SP", moe, Plan(ep=2, tp=2, sequence_parallel=True,
                                                     micro_batch_size=2)),
                  ("CP 2 × PP 2", dense, Plan(cp=2, pp=2, layout="contiguous",
                                              micro_batch_size=2))])]
 
-
-VISIBLE, HIDDEN = ["PP 2 × TP 2", "DP 2 × TP 2 + SP"], ["DP 2 × PP 2 × TP 2 + SP",
-                                                        "MoE EP 2 × TP 2 + SP", "CP 2 × PP 2"]
 
 
 @functools.lru_cache(maxsize=4)
@@ -147,6 +142,12 @@ def _piece(spec: Any, coords: dict[str, int]) -> tuple[int, int]:
     return (-1, 0) if dim is None else (dim, coords[axis] * spec.param.shape[dim])
 
 
+def _real(spec: Any, grad: torch.Tensor) -> torch.Tensor:
+    """A piece without the padding rows of a TP vocabulary past V (`spec.rows`, if given)."""
+    rows = getattr(spec, "rows", None)
+    return grad if rows is None else grad[:rows]
+
+
 def _worker(clip: Callable[..., Any], cases: list[tuple[str, Any, Any]],
             norms: dict[str, float]) -> dict:
     from parlab.compose import clip as reference
@@ -173,8 +174,8 @@ def _worker(clip: Callable[..., Any], cases: list[tuple[str, Any, Any]],
                       _norm(low, rank, "at max_norm below the norm")),
             "moved": moved, "coords": coords, "own": _owned_sq(specs, before, coords),
             "all": sum(float(b.double().pow(2).sum()) for b in before),
-            "pieces": [(s.name, *_piece(s, coords), _grad(s).detach().cpu().clone(),
-                        b.cpu()) for s, b in zip(specs, before, strict=True)],
+            "pieces": [(s.name, *_piece(s, coords), _real(s, _grad(s)).detach().cpu().clone(),
+                        _real(s, b).cpu()) for s, b in zip(specs, before, strict=True)],
             "copies": [(s.name, s.tp_dim is None, s.ep_dim is None, s.tied_copy)
                        for s in specs],
         }
