@@ -1,6 +1,6 @@
-"""The norm counts the tensors TP leaves whole (the RMSNorm weights, the embedding) on every
-TP rank: their squares are added t times, the norm is too large and every rank clips too
-hard."""
+"""The norm counts the tensors TP leaves whole (the RMSNorm weights; the embedding too when the
+vocabulary is not split) on every TP rank: their squares are added t times, the norm is too
+large and every rank clips too hard."""
 
 CAUGHT_BY = {"check_clip_grad_norm": "counted on each of the 2 TP ranks"}
 
