@@ -16,8 +16,9 @@ layer without recomputation, saved bytes measured against Korthikanti et al.'s c
 recomputed FLOPs counted; and `saved_bytes_formula` at many sizes. Exercise 3 runs `train_3d`
 on 8 ranks (DP 2 × PP 2 × TP 2 + SP, AdamW; DP 3 × PP 2 with SGD in the hidden test) against
 the single-device losses at every step, with the replicas' weights compared to name a missing
-reduction. Exercise 4 compares `memory_per_gpu` and `bytes_per_step` with the planner of
-module 07 and judges the learner's plan for a 70B model on 256 H100 with it. Exercise 5 runs
+reduction. Exercise 4 compares `memory_per_gpu` (the first and the last pipeline stage, the
+loss's fp32 logits on the last) and `bytes_per_step` with the planner of module 07 and judges
+the learner's plan for a 70B model on 256 H100 with it, on its fullest GPU. Exercise 5 runs
 `clip_grad_norm_` on the composed Llama's final gradients (4 ranks: PP 2 × TP 2, DP 2 × TP 2 +
 SP; 8 and 4 in the hidden test, MoE and CP among them) against
 `torch.nn.utils.clip_grad_norm_` on one device, the norm and the clipped gradients.
