@@ -4,8 +4,10 @@ Reference: parlab.model.Attention(48, 12) (causal, head size 4) with every param
 randomised, in float32 (rtol=1e-5, atol=1e-4): the output, the input gradient and the
 gradients of this rank's rows of qkv ([Q_r; K_r; V_r]) and columns of proj. Twelve heads make
 t = 2, 3 and 4 all valid (6, 4 and 3 heads per rank), so an answer that hard-codes the head
-count, or the heads per rank, of the notebook's example fails. An attention of t + 1 heads on t
-ranks must be refused with a ValueError that names the heads.
+count, or the heads per rank, of the notebook's example fails. `hidden=` and `heads=` set other
+sizes (the hidden tests: Attention(40, 10) on 2 ranks), so an answer that writes C = 48 in
+instead of reading attn.qkv.in_features fails. An attention of t + 1 heads on t ranks must be
+refused with a ValueError that names the heads.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ PARAMS = ("qkv.weight", "qkv.bias", "proj.weight", "proj.bias")
 QKV_LAYOUT = ("attn.qkv's rows are [Q; K; V] (each C rows, head h at rows h*d:(h+1)*d): a "
               "contiguous block of 3C/t rows is not one rank's heads. Rank r needs the Q, K and "
               "V rows of its heads, stacked as [Q_r; K_r; V_r]")
+SIZES_FROM_ATTN = ("take every size from attn (C = attn.qkv.in_features, n_heads = attn.n_heads) "
+                   "and t from dist.get_world_size(): this check's attention is not the "
+                   "notebook's 48 features and 12 heads")
 
 
 def _divisibility(cls: type, t: int, dev: torch.device, rank: int) -> None:
@@ -69,12 +74,13 @@ def _divisibility(cls: type, t: int, dev: torch.device, rank: int) -> None:
     fail(f"{stage} was accepted", rank=rank, hint=hint)
 
 
-def _other_head_counts(attn: Attention, x: torch.Tensor, t: int) -> dict[int, torch.Tensor]:
-    """The single-device output with n heads in all, for every n other than HEADS that t
-    divides and that divides H: what an answer with the wrong heads per rank computes."""
+def _other_head_counts(attn: Attention, x: torch.Tensor, t: int, hidden: int,
+                       heads: int) -> dict[int, torch.Tensor]:
+    """The single-device output with n heads in all, for every n other than `heads` that t
+    divides and that divides `hidden`: what an answer with the wrong heads per rank computes."""
     out = {}
-    for n in range(t, H + 1, t):
-        if H % n == 0 and n != HEADS:
+    for n in range(t, hidden + 1, t):
+        if hidden % n == 0 and n != heads:
             other = copy.deepcopy(attn)
             other.n_heads = n
             with torch.no_grad():
@@ -82,35 +88,41 @@ def _other_head_counts(attn: Attention, x: torch.Tensor, t: int) -> dict[int, to
     return out
 
 
-def _attention_worker(cls: type, seed: int) -> dict:
-    rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(H, HEADS), seed)
+def _attention_worker(cls: type, seed: int, hidden: int, heads: int) -> dict:
+    rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(hidden, heads), seed,
+                                             hidden=hidden)
     if not learner_mode():
-        ref["heads"] = _other_head_counts(attn, x, t)
+        ref["heads"] = _other_head_counts(attn, x, t, hidden, heads)
+    # at other sizes than the notebook's, a crash the default sizes did not cause is likely a
+    # size written in
+    other = (hidden, heads) != (H, HEADS)
     out = run_module(cls, handed(attn, {"qkv": "heads", "proj": "row"}, rank, t), x, up, rank,
-                     PARAMS)
+                     PARAMS, shape_hint=(lambda _: SIZES_FROM_ATTN) if other else None,
+                     build_hint=SIZES_FROM_ATTN if other else None)
     _divisibility(cls, t, dev, rank)
     return {"ref": ref, **out}
 
 
-def _qkv_rows(rank: int, t: int) -> torch.Tensor:
+def _qkv_rows(rank: int, t: int, hidden: int) -> torch.Tensor:
     """Rows of the fused [Q; K; V] weight that hold rank's heads, in [Q_r; K_r; V_r] order."""
-    c = H // t
-    return torch.cat([torch.arange(j * H + rank * c, j * H + (rank + 1) * c) for j in range(3)])
+    c = hidden // t
+    return torch.cat([torch.arange(j * hidden + rank * c, j * hidden + (rank + 1) * c)
+                      for j in range(3)])
 
 
-def _shard(r: dict, p: str, t: int) -> torch.Tensor:
-    c = H // t
+def _shard(r: dict, p: str, t: int, hidden: int) -> torch.Tensor:
+    c = hidden // t
     full = r["ref"][p]
     if p.startswith("qkv"):
-        return full[_qkv_rows(r["rank"], t)]
+        return full[_qkv_rows(r["rank"], t, hidden)]
     return full[:, r["rank"] * c:(r["rank"] + 1) * c] if p.startswith("proj.weight") else full
 
 
-def _check_output(results: list[dict], t: int) -> None:
-    c = H // t
+def _check_output(results: list[dict], t: int, hidden: int, heads: int) -> None:
+    c = hidden // t
     for rank, r in enumerate(results):
         w = r["qkv.weight"]
-        if w.shape == (3 * c, H) and torch.equal(w, r["ref"]["qkv.weight"][rank * 3 * c:
+        if w.shape == (3 * c, hidden) and torch.equal(w, r["ref"]["qkv.weight"][rank * 3 * c:
                                                                          (rank + 1) * 3 * c]):
             fail("qkv.weight holds a contiguous block of rows of attn.qkv.weight", rank=rank,
                  hint=QKV_LAYOUT)
@@ -118,7 +130,7 @@ def _check_output(results: list[dict], t: int) -> None:
             fail(f"the output is off by (t - 1) x proj.bias = {t - 1} x proj.bias", rank=rank,
                  hint=hints.BIAS_ONCE)
     def shard(r: dict, key: str) -> torch.Tensor:
-        return _shard(r, key, t)
+        return _shard(r, key, t, hidden)
 
     for p in PARAMS:  # the shards first: a wrong one explains a wrong output
         compare(results, t, [(p, got(p), part(shard, p))], EXACT,
@@ -128,7 +140,7 @@ def _check_output(results: list[dict], t: int) -> None:
         n = next((n for n, y in r["ref"]["heads"].items() if close(r["y"], y, **F32_TOL)), None)
         if n is not None and not close(r["y"], r["ref"]["y"], **F32_TOL):
             fail(f"the output is that of attention with {n // t} heads per rank ({n} in all) "
-                 f"instead of n_heads / t = {HEADS // t}", rank=rank,
+                 f"instead of n_heads / t = {heads // t}", rank=rank,
                  hint="take the number of heads from attn.n_heads and divide it by t = "
                       "dist.get_world_size(); do not write the example's numbers in")
     compare(results, t, [("output", lambda r: r["y"], lambda r: r["ref"]["y"])], F32_TOL,
@@ -137,19 +149,25 @@ def _check_output(results: list[dict], t: int) -> None:
 
 
 @exercise(KEY_ATTENTION, needs=LINEARS)
-def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
-                       timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
-    """TPAttention(attn) against parlab.model.Attention (causal, 12 heads, C = 48):
-    output, grad of x, of qkv (rows [Q_r; K_r; V_r]) and proj; ValueError for t+1 heads."""
+def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED, hidden: int = H,
+                       heads: int = HEADS, timeout: float = CHECK_TIMEOUT_S,
+                       quiet: bool = False) -> None:
+    """TPAttention(attn) against parlab.model.Attention (causal, `heads` heads, C = `hidden`;
+    12 and 48 by default): output, grad of x, of qkv (rows [Q_r; K_r; V_r]) and proj;
+    ValueError for t+1 heads. t must divide the heads, and the heads C."""
     reject_reference(cls, "TPAttention")
     t = world_size
-    results = run_checked(_attention_worker, t, cls, seed, what="TPAttention",
+    if heads % t or hidden % heads:
+        raise ValueError(f"hidden={hidden}, heads={heads}: t = {t} must divide the heads and "
+                         "the heads the hidden size")
+    results = run_checked(_attention_worker, t, cls, seed, hidden, heads, what="TPAttention",
                           timeout=timeout, hang_hint=hints.HANG)
-    _check_output(results, t)
+    _check_output(results, t, hidden, heads)
     expect_events(results, "forward", "TPAttention", ["all_reduce"], lambda ev: (
         "attention needs one all-reduce in forward, g, in the row-parallel output projection"))
     compare(results, t, [(f"grad of {p}", got(p + ".grad"),
-                          part(lambda r, key: _shard(r, key, t), p + ".grad")) for p in PARAMS],
+                          part(lambda r, key: _shard(r, key, t, hidden), p + ".grad"))
+                         for p in PARAMS],
             F32_TOL, hint=hints.GRAD_HINT)
     compare(results, t, [("grad of x (the attention's input)", lambda r: r["x.grad"],
                           lambda r: r["ref"]["x.grad"])], F32_TOL, t_times=hints.EXTRA_F,
@@ -160,7 +178,8 @@ def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED,
         "column-parallel projection (three separate f's all-reduce three times)"
         if len(ev) == 3 else hints.G_BACKWARD))
     if not quiet:
-        print(f"TPAttention OK on {t} ranks ({HEADS // t} of {HEADS} heads per rank): output "
+        print(f"TPAttention OK on {t} ranks ({heads // t} of {heads} heads per rank, C = "
+              f"{hidden}): output "
               "and the gradients of x, qkv and proj match single-device attention (float32, "
               f"rtol={F32_TOL['rtol']:g}, atol={F32_TOL['atol']:g}); {t + 1} heads rejected "
               "with a ValueError")

@@ -170,15 +170,16 @@ def handed(module: M, layout: Mapping[str, str], rank: int, t: int) -> M:
     return module
 
 
-def setup(make: Callable[[], M], seed: int,
-          dev: torch.device) -> tuple[M, torch.Tensor, torch.Tensor, dict]:
+def setup(make: Callable[[], M], seed: int, dev: torch.device, *,
+          hidden: int = H) -> tuple[M, torch.Tensor, torch.Tensor, dict]:
     """The single-device reference: make() with every parameter randomised (LayerNorms and
     biases included, so a default-initialised stand-in cannot match it), an input x and an
-    upstream gradient, (B, S, H); its output, input gradient, parameters and their gradients."""
+    upstream gradient, (B, S, hidden); its output, input gradient, parameters and their
+    gradients."""
     torch.manual_seed(seed)
     module = make().to(dev)
     randomize_parameters(module, seed=seed)
-    x, up = torch.randn(B, S, H, device=dev), torch.randn(B, S, H, device=dev)
+    x, up = torch.randn(B, S, hidden, device=dev), torch.randn(B, S, hidden, device=dev)
     if learner_mode():  # the verifier makes the reference on trusted ranks
         return module, x, up, {}
     xr = x.clone().requires_grad_()
@@ -191,23 +192,25 @@ def setup(make: Callable[[], M], seed: int,
     return module, x, up, ref
 
 
-def prepare(make: Callable[[], M],
-            seed: int) -> tuple[int, int, torch.device, M, torch.Tensor, torch.Tensor, dict]:
-    """In a rank: (rank, t, device) and `setup`'s reference, then parlab's TP classes refused
-    from here on (`guard`)."""
+def prepare(make: Callable[[], M], seed: int, *, hidden: int = H
+            ) -> tuple[int, int, torch.device, M, torch.Tensor, torch.Tensor, dict]:
+    """In a rank: (rank, t, device) and `setup`'s reference (inputs of `hidden` features),
+    then parlab's TP classes refused from here on (`guard`)."""
     rank, t, dev = env()
     guard()
-    return (rank, t, dev, *setup(make, seed, dev))
+    return (rank, t, dev, *setup(make, seed, dev, hidden=hidden))
 
 
 def run_module(cls: type, module: torch.nn.Module, x: torch.Tensor, up: torch.Tensor,
                rank: int, params: tuple[str, ...],
-               shape_hint: Callable[[Any], str] | None = None) -> dict:
+               shape_hint: Callable[[Any], str] | None = None,
+               build_hint: str | None = None) -> dict:
     """Build the learner's cls(module), check its shards own their memory, run forward and
     backward traced on a copy of x, and check x is unchanged. `shape_hint(model)` is the likely
-    mistake when torch says shapes do not fit. Returns what the parent compares."""
+    mistake when torch says shapes do not fit; `build_hint`, if given, that of any crash of
+    cls(module). Returns what the parent compares."""
     model = call_learner(f"{cls.__name__}({type(module).__name__.lower()})", cls, module,
-                         shape_hint=LINEAR_LAYOUT)
+                         hint=build_hint, shape_hint=LINEAR_LAYOUT)
     owns_only(model, rank)
     hint = shape_hint(model) if shape_hint else LINEAR_LAYOUT
     leaf, xin = nonleaf(x)

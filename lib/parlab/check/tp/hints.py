@@ -30,3 +30,6 @@ REPLICATED = "return the whole output, replicated on every rank"
 GRAD_HINT = ("the forward is right but this gradient is not, so look at the backward of f and g "
              "(check_f_g tests them alone): f's backward all-reduces, g's passes the gradient "
              "through")
+SIZE_FROM_LAYER = ("the shard's size comes from the layer it is given (linear.out_features // t "
+                   "rows for the column layer, linear.in_features // t columns for the row "
+                   "layer), never a fixed number: the checks use layers of other sizes")

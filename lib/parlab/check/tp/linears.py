@@ -4,6 +4,8 @@ Each layer is built from a full float64 nn.Linear with random weights, the same 
 the column layer from Linear(10, 24) (t splits the 24 output features), the row layer from
 Linear(24, 10) (t splits the 24 input features). Neither 10 nor 24 is a power of two, and 10
 is not divisible by t, so a shard taken along the wrong dimension cannot pass by chance.
+`features=(unsplit, split)` sets other sizes (the hidden tests: (7, 15) on 3 ranks), so a shard
+size written in as 24 // t fails.
 
 Shards are compared exactly and must own their memory (a view of the full weight keeps all of
 it alive); outputs and gradients against the matching slices of the full layer's, at
@@ -49,12 +51,17 @@ from parlab.check.tp.compare import (
 from parlab.check.tp.keys import F_G, KEY_LINEARS
 
 __all__ = ["check_parallel_linears"]
-SIZES = {"column": (10, 24), "row": (24, 10)}  # (in_features, out_features) of the full layer
+FEATURES = (10, 24)  # (unsplit, split): the features t leaves whole and those it divides
 
 
-def _full(kind: str, seed: int, dev: torch.device) -> tuple[torch.nn.Linear, torch.Tensor,
-                                                            torch.Tensor]:
-    k, n = SIZES[kind]
+def _sizes(kind: str, features: tuple[int, int]) -> tuple[int, int]:
+    """(in_features, out_features) of the full layer: Linear(10, 24) column, (24, 10) row."""
+    return features if kind == "column" else (features[1], features[0])
+
+
+def _full(kind: str, seed: int, dev: torch.device,
+          features: tuple[int, int]) -> tuple[torch.nn.Linear, torch.Tensor, torch.Tensor]:
+    k, n = _sizes(kind, features)
     gen = torch.Generator().manual_seed(seed + (kind == "row"))
     full = torch.nn.Linear(k, n, dtype=torch.float64)
     with torch.no_grad():
@@ -65,9 +72,10 @@ def _full(kind: str, seed: int, dev: torch.device) -> tuple[torch.nn.Linear, tor
     return full.to(dev), x, up
 
 
-def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.device) -> dict:
-    full, x, up = _full(kind, seed, dev)
-    k, n = SIZES[kind]
+def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.device,
+               features: tuple[int, int]) -> dict:
+    full, x, up = _full(kind, seed, dev, features)
+    k, n = _sizes(kind, features)
     ref: dict = {}
     if not learner_mode():  # the verifier makes the reference on trusted ranks
         xr = x.clone().requires_grad_()
@@ -79,8 +87,11 @@ def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.de
     want = (n // t, k) if kind == "column" else (n, k // t)
     w = param(layer, "weight", rank)
     if tuple(w.shape) != want:
+        split_dim = 0 if kind == "column" else 1
+        fixed = w.dim() == 2 and w.shape[1 - split_dim] == want[1 - split_dim]
         fail(f"{cls.__name__}.weight has shape {tuple(w.shape)} for a Linear({k}, {n}) on "
-             f"{t} ranks; expected {want}", rank=rank, hint=hints.LINEAR_LAYOUT)
+             f"{t} ranks; expected {want}", rank=rank,
+             hint=hints.SIZE_FROM_LAYER if fixed else hints.LINEAR_LAYOUT)
     owns_only(layer, rank)
     cols = slice(rank * k // t, (rank + 1) * k // t)
     rows = slice(rank * n // t, (rank + 1) * n // t)
@@ -94,10 +105,11 @@ def _one_layer(kind: str, cls: type, seed: int, rank: int, t: int, dev: torch.de
             "rows": rows, "cols": cols, **grads(layer, ("weight", "bias"), rank)}
 
 
-def _linears_worker(column_cls: type, row_cls: type, seed: int) -> dict:
+def _linears_worker(column_cls: type, row_cls: type, seed: int,
+                    features: tuple[int, int]) -> dict:
     rank, t, dev = env()
     guard()
-    return {kind: _one_layer(kind, cls, seed, rank, t, dev)
+    return {kind: _one_layer(kind, cls, seed, rank, t, dev, features)
             for kind, cls in (("column", column_cls), ("row", row_cls))}
 
 
@@ -155,17 +167,24 @@ def _check_layer(rs: list[dict], kind: str, t: int) -> None:
 
 @exercise(KEY_LINEARS, needs=F_G)
 def check_parallel_linears(column_cls: type, row_cls: type, *, world_size: int = 2,
-                           seed: int = SEED, timeout: float = CHECK_TIMEOUT_S,
-                           quiet: bool = False) -> None:
-    """Each layer built from a full float64 nn.Linear; outputs and grads against its slices."""
+                           seed: int = SEED, features: tuple[int, int] = FEATURES,
+                           timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+    """Each layer built from a full float64 nn.Linear; outputs and grads against its slices.
+    `features` = (unsplit, split): the column layer is Linear(unsplit, split), the row layer
+    Linear(split, unsplit); t must divide split."""
     reject_reference(column_cls, "ColumnParallelLinear")
     reject_reference(row_cls, "RowParallelLinear")
     t = world_size
+    if features[1] % t:
+        raise ValueError(f"features={features}: t = {t} must divide the split features")
     results: list[dict[str, Any]] = run_checked(
-        _linears_worker, t, column_cls, row_cls, seed, timeout=timeout, hang_hint=hints.HANG,
+        _linears_worker, t, column_cls, row_cls, seed, tuple(features), timeout=timeout,
+        hang_hint=hints.HANG,
         what="ColumnParallelLinear and RowParallelLinear")
     for kind in ("column", "row"):
         _check_layer([r[kind] for r in results], kind, t)
     if not quiet:
+        k, n = features
         print(f"ColumnParallelLinear and RowParallelLinear OK on {t} ranks: shards, outputs "
-              f"and gradients match nn.Linear (float64, rtol={F64_TOL['rtol']:g})")
+              f"and gradients match nn.Linear({k}, {n}) and nn.Linear({n}, {k}) (float64, "
+              f"rtol={F64_TOL['rtol']:g})")
