@@ -1,6 +1,7 @@
 """Module 06. The router and capacity checks run in this process; the rank checks on the
 first of 2 and 4 ranks an entry fails on (tests/mistakes.py, Table.runs), and as the hidden
-test cells' second call does: 3 ranks, 3 experts each (a fractional capacity)."""
+test cells' second call does: 3 ranks, 3 experts each (a fractional capacity), and as their
+third does: each token routed to 3 experts (exercise 3) or 1 (exercise 4), on 2 ranks."""
 
 from mistakes import Table
 
@@ -8,6 +9,7 @@ from parlab.check import moe as moecheck
 
 ON_RANKS = ("check_ep_moe", "check_ep_capacity")
 HIDDEN = ("check_ep_moe_hidden", "check_ep_capacity_hidden")  # their sizes are fixed: 3
+TOP_K = ("check_ep_moe_top_k", "check_ep_capacity_top_k")  # theirs: 2
 TABLE = Table(
     module="06_expert_parallel",
     answers=4,
@@ -24,16 +26,22 @@ TABLE = Table(
         "check_ep_capacity_hidden": lambda ns, t: moecheck.check_ep_capacity(
             ns.ep_moe_capacity, world_size=3, experts_per_rank=3, capacity_factor=1.25,
             quiet=True),
+        "check_ep_moe_top_k": lambda ns, t: moecheck.check_ep_moe(
+            ns.ep_moe, world_size=2, top_k=3, quiet=True),
+        "check_ep_capacity_top_k": lambda ns, t: moecheck.check_ep_capacity(
+            ns.ep_moe_capacity, world_size=2, top_k=1, quiet=True),
     },
-    sizes={**{check: (2, 4) for check in ON_RANKS}, **{check: (3,) for check in HIDDEN}},
-    where={check: ("rank ",) for check in (*ON_RANKS, *HIDDEN)},
+    sizes={**{check: (2, 4) for check in ON_RANKS}, **{check: (3,) for check in HIDDEN},
+           **{check: (2,) for check in TOP_K}},
+    where={check: ("rank ",) for check in (*ON_RANKS, *HIDDEN, *TOP_K)},
     required=frozenset({
         "combine_without_gates", "split_sizes_not_exchanged", "dropped_not_residual",
         "wrong_expert_placement",  # issue 8
         # issue 16: 3 experts per rank, fractional capacities, inputs modified in place, a
         # receive buffer of the wrong dtype
         "two_experts_per_rank", "capacity_rounded", "keep_mask_marks_experts",
-        "counts_received_as_float"}),
+        "counts_received_as_float",
+        "ep_top_k_hard_coded", "capacity_top_k_hard_coded"}),  # 32.6: k = 2 written in
     refusal="the course's own reference|parlab's own MoE reference",
     reexports={
         "alias_router": ("check_router", "from parlab.moe import route as router"),

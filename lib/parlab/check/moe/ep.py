@@ -14,7 +14,9 @@ and of this rank's expert weights; `experts` must come back unchanged.
 Every `dist.all_to_all_single` is watched (`parlab.check.moe.watch`): receive dtypes, and in
 exercise 3 the split sizes the routing implies; in exercise 4 both forward all-to-alls of
 token rows must carry the static (E c, C) buffer. The hidden checks add ep = 4, and ep = 3
-with 3 experts per rank (with a capacity factor whose capacity is not a whole number).
+with 3 experts per rank (with a capacity factor whose capacity is not a whole number), and
+`top_k=` 3 (exercise 3) and 1 (exercise 4), so an answer that writes k = 2 in instead of
+experts.shape[1] fails.
 """
 
 from __future__ import annotations
@@ -53,23 +55,28 @@ HANG = ("a collective that only some ranks call, or split sizes that do not matc
 _run = functools.partial(harness.run_checked, hang_hint=HANG, backend="gloo")
 
 
-def _setup(ep: int, per_rank: int) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor,
-                                            torch.Tensor]:
+def _top_k_hint(k: int) -> str:
+    return ("take k from the routing, n, k = experts.shape, not a fixed number: this check "
+            f"routes each token to {k} expert{'s' if k > 1 else ''}, not the notebook's {K}")
+
+
+def _setup(ep: int, per_rank: int, top_k: int) -> tuple[Any, torch.Tensor, torch.Tensor,
+                                                         torch.Tensor, torch.Tensor]:
     from parlab.moe.layer import MoE, route
 
     torch.manual_seed(SEED)
-    layer = MoE(C, FFN, per_rank * ep, k=K).double()
+    layer = MoE(C, FFN, per_rank * ep, k=top_k).double()
     randomize_parameters(layer, seed=SEED)
     with torch.no_grad():
         layer.router[0, 0] = SKEW
     x = torch.randn(N * ep, C, dtype=torch.float64)
     x[:, 0] = 1.0
     up = torch.randn(N * ep, C, dtype=torch.float64)
-    gates, experts, _ = route(x, layer.router.detach(), k=K)
+    gates, experts, _ = route(x, layer.router.detach(), k=top_k)
     return layer, x, up, gates, experts
 
 
-def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> dict:
+def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None, top_k: int) -> dict:
     import torch.distributed as dist
 
     from parlab import comm
@@ -77,7 +84,7 @@ def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> di
     from parlab.moe.layer import expert_capacity
 
     rank, ep = dist.get_rank(), dist.get_world_size()
-    layer, x, up, gates, experts = _setup(ep, per_rank)
+    layer, x, up, gates, experts = _setup(ep, per_rank, top_k)
     rows = slice(rank * N, (rank + 1) * N)
     shard = ExpertShard(layer, rank, ep)
     xs = x[rows].clone().requires_grad_()
@@ -90,13 +97,14 @@ def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> di
                     "round_robin": watch.splits_of(experts, rank, ep, N, lambda e: e % ep)}
         what = "ep_moe(x, gates, experts, shard)"
     else:
-        args.append(expert_capacity(N, num_experts=per_rank * ep, k=K,
+        args.append(expert_capacity(N, num_experts=per_rank * ep, k=top_k,
                                     capacity_factor=capacity_factor))
         what = "ep_moe_capacity(x, gates, experts, shard, capacity)"
     watch.install(rank, ep, expected)
     harness.refuse_in_rank(references(), REFUSAL)
-    with comm.trace() as tr:
+    with comm.trace() as tr:  # at another k than the visible test's, a crash is likely k = 2
         y = harness.call_learner(what, fn, *args,
+                                 hint=_top_k_hint(top_k) if top_k != K else None,
                                  shape_hint=SHAPES + (f"; {PER_RANK}" if per_rank != 2 else ""))
     assert_unchanged(experts[rows], es, name="experts", rank=rank)
     if not isinstance(y, torch.Tensor) or y.shape != xs.shape:
@@ -113,11 +121,11 @@ def _ep_worker(fn: Callable, per_rank: int, capacity_factor: float | None) -> di
     return {"y": y.detach(), "grads": grads, "forward": fwd}
 
 
-def _reference(ep: int, per_rank: int, capacity_factor: float | None, *,
+def _reference(ep: int, per_rank: int, capacity_factor: float | None, top_k: int, *,
                gates_one: bool = False, perm: Callable[[int], int] | None = None) -> dict:
     from parlab.moe.layer import moe_reference
 
-    layer, x, up, gates, experts = _setup(ep, per_rank)
+    layer, x, up, gates, experts = _setup(ep, per_rank, top_k)
     xr, gr = x.clone().requires_grad_(), gates.detach().clone().requires_grad_()
     g = torch.ones_like(gr) if gates_one else gr
     expert = layer.expert if perm is None else (lambda e, h: layer.expert(perm(e), h))
@@ -130,34 +138,36 @@ def _reference(ep: int, per_rank: int, capacity_factor: float | None, *,
             "grads": [xr.grad, gr.grad, layer.w1.grad, layer.w2.grad]}
 
 
-def _wrong(ep: int, per_rank: int, capacity_factor: float | None) -> list:
+def _wrong(ep: int, per_rank: int, capacity_factor: float | None, top_k: int) -> list:
     """Outputs of known mistakes, each with its hint."""
-    wrong = [(_reference(ep, per_rank, capacity_factor, gates_one=True)["y"], GATES),
-             (_reference(ep, per_rank, capacity_factor,
+    wrong = [(_reference(ep, per_rank, capacity_factor, top_k, gates_one=True)["y"], GATES),
+             (_reference(ep, per_rank, capacity_factor, top_k,
                          perm=lambda e: (e % ep) * per_rank + e // ep)["y"], watch.PLACEMENT)]
     if capacity_factor is not None:
-        wrong.append((_reference(ep, per_rank, None)["y"], NO_DROPS))
+        wrong.append((_reference(ep, per_rank, None, top_k)["y"], NO_DROPS))
     return wrong
 
 
-def _compare(results: list, ep: int, per_rank: int, capacity_factor: float | None,
+def _compare(results: list, ep: int, per_rank: int, capacity_factor: float | None, top_k: int,
              what: str) -> None:
     from parlab.moe.layer import expert_capacity, keep_mask
 
-    ref, wrong = _reference(ep, per_rank, capacity_factor), _wrong(ep, per_rank, capacity_factor)
+    ref = _reference(ep, per_rank, capacity_factor, top_k)
+    wrong = _wrong(ep, per_rank, capacity_factor, top_k)
     e = per_rank * ep
     for rank, res in enumerate(results):
         rows = slice(rank * N, (rank + 1) * N)
         y = res["y"]
         if capacity_factor is not None:
-            cap = expert_capacity(N, num_experts=e, k=K, capacity_factor=capacity_factor)
+            cap = expert_capacity(N, num_experts=e, k=top_k, capacity_factor=capacity_factor)
             lost = ~keep_mask(ref["experts"][rows], num_experts=e, capacity=cap).any(dim=1)
             if bool(lost.any()) and not torch.allclose(y[lost], ref["x"][rows][lost]):
                 fail(f"{what}: the {int(lost.sum())} tokens dropped by all their experts "
                      "differ from their input", rank=rank, hint=RESIDUAL)
         assert_close(y, ref["y"][rows], name=f"{what}: y", rank=rank, **F64_TOL,
                      hint=story(y, [(w[rows], h) for w, h in wrong])
-                     or (PER_RANK if per_rank != 2 else OTHER))
+                     or (PER_RANK if per_rank != 2 else
+                         _top_k_hint(top_k) if top_k != K else OTHER))
         mine = slice(per_rank * rank, per_rank * (rank + 1))
         names = ("x", "the gates", "this rank's w1", "this rank's w2")
         for name, got, want in zip(names, res["grads"], ref["grads"], strict=True):
@@ -173,18 +183,22 @@ def _floats(events: list) -> list:
             and e[1][1] == C]
 
 
-def _where(ep: int, per_rank: int) -> str:
-    return f"{ep} ranks ({per_rank * ep} experts, {per_rank} per rank)"
+def _where(ep: int, per_rank: int, top_k: int) -> str:
+    k = "" if top_k == K else f", k = {top_k}"
+    return f"{ep} ranks ({per_rank * ep} experts, {per_rank} per rank{k})"
 
 
 @harness.exercise(KEYS["ep_moe"])
 def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int = 2,
-                 timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> None:
-    """ep_moe(x, gates, experts, shard) on `world_size` = ep ranks against one device."""
+                 top_k: int = K, timeout: float = harness.CHECK_TIMEOUT_S,
+                 quiet: bool = False) -> None:
+    """ep_moe(x, gates, experts, shard) on `world_size` = ep ranks against one device, each
+    token routed to `top_k` experts."""
     harness.not_reexport(ep_moe, name="ep_moe")
     ep, per_rank = world_size, experts_per_rank
-    results = _run(_ep_worker, ep, ep_moe, per_rank, None, what="ep_moe", timeout=timeout)
-    _compare(results, ep, per_rank, None, f"ep_moe on {_where(ep, per_rank)}")
+    results = _run(_ep_worker, ep, ep_moe, per_rank, None, top_k, what="ep_moe",
+                   timeout=timeout)
+    _compare(results, ep, per_rank, None, top_k, f"ep_moe on {_where(ep, per_rank, top_k)}")
     for rank, res in enumerate(results):
         if len(_floats(res["forward"])) != 2:
             fail(f"the forward made {len(_floats(res['forward']))} all-to-alls of token rows, "
@@ -192,7 +206,7 @@ def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int
                  hint="send every token copy in one all_to_all_single and bring the results "
                       "back in one")
     if not quiet:
-        print(f"ep_moe OK on {_where(ep, per_rank)}: output and gradients match the "
+        print(f"ep_moe OK on {_where(ep, per_rank, top_k)}: output and gradients match the "
               "single-device MoE; the split sizes fit the routing")
 
 
@@ -201,7 +215,8 @@ def check_ep_moe(ep_moe: Callable, *, world_size: int = 2, experts_per_rank: int
     KEYS["ep_moe"]: "AllToAll (exercise 3)"})
 def check_ep_capacity(ep_moe_capacity: Callable, *, world_size: int = 2,
                       experts_per_rank: int = 2, capacity_factor: float = CAPACITY_FACTOR,
-                      timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> dict:
+                      top_k: int = K, timeout: float = harness.CHECK_TIMEOUT_S,
+                      quiet: bool = False) -> dict:
     """ep_moe_capacity(x, gates, experts, shard, capacity) against the single-device MoE with
     the same drops; returns the forward all-to-all bytes of rank 0, measured and modelled."""
     from parlab.moe.costs import ep_a2a_bytes
@@ -210,22 +225,23 @@ def check_ep_capacity(ep_moe_capacity: Callable, *, world_size: int = 2,
     harness.not_reexport(ep_moe_capacity, name="ep_moe_capacity")
     ep, per_rank = world_size, experts_per_rank
     e = per_rank * ep
-    results = _run(_ep_worker, ep, ep_moe_capacity, per_rank, capacity_factor,
+    results = _run(_ep_worker, ep, ep_moe_capacity, per_rank, capacity_factor, top_k,
                    what="ep_moe_capacity", timeout=timeout)
-    _compare(results, ep, per_rank, capacity_factor,
-             f"ep_moe_capacity on {_where(ep, per_rank)}, capacity factor {capacity_factor:g}")
-    c = expert_capacity(N, num_experts=e, k=K, capacity_factor=capacity_factor)
+    _compare(results, ep, per_rank, capacity_factor, top_k,
+             f"ep_moe_capacity on {_where(ep, per_rank, top_k)}, capacity factor "
+             f"{capacity_factor:g}")
+    c = expert_capacity(N, num_experts=e, k=top_k, capacity_factor=capacity_factor)
     for rank, res in enumerate(results):
         shapes = [s for _, s, _ in _floats(res["forward"])]
         if shapes != [(e * c, C)] * 2:
             fail(f"the forward's all-to-alls of token rows had shapes {shapes}; expected two of "
                  f"({e} * {c}, {C}) = {(e * c, C)}", rank=rank, hint=STATIC)
     measured = sum(b for _, _, b in _floats(results[0]["forward"]))
-    model = ep_a2a_bytes(N, C, ep, num_experts=e, k=K, capacity_factor=capacity_factor,
+    model = ep_a2a_bytes(N, C, ep, num_experts=e, k=top_k, capacity_factor=capacity_factor,
                          dtype_bytes=8)
     if not quiet:
-        print(f"ep_moe_capacity OK on {_where(ep, per_rank)} (capacity {c} per expert and "
+        print(f"ep_moe_capacity OK on {_where(ep, per_rank, top_k)} (capacity {c} per expert and "
               "rank): output and gradients match the single-device MoE with the same drops; "
               "static buffers")
     return {"measured": measured, "model": model, "capacity": c, "ep": ep, "n_tokens": N,
-            "hidden": C, "k": K, "num_experts": e, "capacity_factor": capacity_factor}
+            "hidden": C, "k": top_k, "num_experts": e, "capacity_factor": capacity_factor}
