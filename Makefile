@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
+.PHONY: lab hub hub-gpus test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
 setup: $(VENV)/.installed
@@ -88,6 +88,20 @@ COURSE_ROOT ?= $(CURDIR)
 formgrader: setup
 	$(call WITH_JUPYTER,$(INSTRUCTOR_JUPYTER)) PARLAB_COURSE_ROOT=$(abspath $(COURSE_ROOT)) \
 	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(abspath $(COURSE_ROOT)) $(ROOT_FLAG) $(ARGS)
+
+# A class on one (GPU) box through JupyterHub: hub/jupyterhub_config.py, read top to bottom,
+# is the whole configuration (a trial on 127.0.0.1 as shipped; hub/README.md). Its packages
+# come from pyproject's [hub] extra. `make hub-gpus`: who holds which GPUs.
+HUB_CONFIG ?= hub/jupyterhub_config.py
+$(VENV)/.hub-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) -e ".[hub]"
+	@touch $@
+
+hub: setup $(VENV)/.hub-installed
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyterhub -f $(HUB_CONFIG) $(ARGS)
+
+hub-gpus: setup
+	$(PY) -m parlab.hub gpus --state hub/run/gpus.json
 
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from parlab.hub.notice import announce
+
 __all__ = ["device", "pick_backend", "placement", "uses_nccl", "gpus", "one_gpu", "place",
            "pin_numerics", "synchronize", "DEVICE_MAP"]
 DEVICE_MAP = "cpu:gloo,cuda:nccl"
@@ -106,6 +108,8 @@ def placement(world_size: int, backend: str | None = None) -> tuple[str, list[in
     if shared is not None:
         return "gloo", [shared] * world_size
     picked = pick_backend(world_size, backend)
+    if "nccl" not in picked:
+        announce()  # a hub's server that got no GPU says so under the cell, once
     return picked, gpus() if "nccl" in picked else []
 
 

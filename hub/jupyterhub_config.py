@@ -1,0 +1,188 @@
+# JupyterHub configuration for Parallelism Lab: a class on one shared (GPU) box.
+#
+# `make hub` starts JupyterHub with this file. Read it top to bottom; every setting is here.
+# As shipped it is a TRIAL that works on a fresh machine: bound to 127.0.0.1, learners log in
+# with one shared password, every server runs as the Unix user who ran `make hub`. The blocks
+# marked "THE REAL THING" (commented) switch to the system's users, a login from your learning
+# platform and TLS. The settings at the top can also be given as environment variables
+# (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set them.
+#
+# Files it keeps (git-ignored): hub/run/ - the hub's database and cookie secret, the trial's
+# passwords, the GPU allotment (gpus.json) and the trial learners' workspaces (users/<name>/).
+# ruff: noqa: F821  (`get_config` is given by JupyterHub when it loads this file)
+
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+from parlab.hub import Allotment, HubSettings, Plan, make_hooks
+
+c = get_config()  # noqa: F821
+
+
+def setting(name, default):
+    """PARLAB_HUB_<NAME> from the environment, else the default written here."""
+    return os.environ.get(f"PARLAB_HUB_{name}", default)
+
+
+def names(text):
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+ROOT = Path(__file__).resolve().parent.parent          # the repository (course/, solutions/)
+RUN = Path(setting("RUN", str(ROOT / "hub" / "run")))  # the hub's own files
+RUN.mkdir(parents=True, exist_ok=True)
+BIN = Path(sys.executable).parent                      # the venv `make hub` installed into
+
+# --- 1. Who: the class --------------------------------------------------------------------
+LEARNERS = names(setting("LEARNERS", "alice,bob,carol"))   # allowed to log in
+INSTRUCTORS = names(setting("INSTRUCTORS", "instructor"))  # admins; formgrader on the course
+
+# --- 2. Where: the address ----------------------------------------------------------------
+# The trial listens on this machine only. From a laptop, tunnel to it:
+#   ssh -L 8000:127.0.0.1:8000 you@the-box    then open http://127.0.0.1:8000
+IP = setting("IP", "127.0.0.1")
+PORT = int(setting("PORT", "8000"))
+c.JupyterHub.bind_url = f"http://{IP}:{PORT}"
+c.JupyterHub.hub_ip = "127.0.0.1"                     # the hub's API, for servers and services
+c.JupyterHub.db_url = f"sqlite:///{RUN / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
+c.JupyterHub.default_url = "/hub/home"
+c.JupyterHub.cleanup_servers = False   # a hub restart leaves learners' servers (and GPUs) be
+
+# The proxy: configurable-http-proxy, the Python port from PyPI installed by `make hub`
+# (pyproject's [hub] extra); without it, npm's (`npm install -g configurable-http-proxy`).
+PROXY = BIN / "configurable-http-proxy"
+c.ConfigurableHTTPProxy.command = [str(PROXY) if PROXY.exists()
+                                   else "configurable-http-proxy"]
+
+# --- 3. How they log in: the trial ---------------------------------------------------------
+# SharedPasswordAuthenticator: a learner of LEARNERS logs in with their name and the
+# learners' password; an instructor with the instructors' password. Both are made once,
+# kept in hub/run/passwords (readable by you alone) and printed when the hub starts.
+c.JupyterHub.authenticator_class = "shared-password"
+c.Authenticator.allowed_users = set(LEARNERS) | set(INSTRUCTORS)
+c.Authenticator.admin_users = set(INSTRUCTORS)
+PASSWORDS = RUN / "passwords"
+if not PASSWORDS.exists():
+    PASSWORDS.write_text(f"learners {secrets.token_urlsafe(12)}\n"
+                         f"instructors {secrets.token_urlsafe(32)}\n")
+    PASSWORDS.chmod(0o600)
+_pw = dict(line.split(" ", 1) for line in PASSWORDS.read_text().split("\n") if line)
+c.SharedPasswordAuthenticator.user_password = _pw["learners"]
+c.SharedPasswordAuthenticator.admin_password = _pw["instructors"]
+
+# THE REAL THING (a): the system's users. Each learner is a Unix account on the box
+# (`adduser alice`); the hub runs as root and starts each server as its learner, whose
+# workspace ~alice/parlab is theirs alone (chmod 700). Set SYSTEM_USERS = True and:
+#   c.JupyterHub.authenticator_class = "pam"
+#   c.JupyterHub.bind_url = "https://0.0.0.0:443"            # with (c) below
+# THE REAL THING (b): a login from your learning platform, instead of PAM:
+#   LTI 1.3 (Moodle, Canvas, Blackboard): pip install jupyterhub-ltiauthenticator
+#     c.JupyterHub.authenticator_class = "ltiauthenticator.lti13.auth.LTI13Authenticator"
+#     c.LTI13Authenticator.issuer = "https://moodle.example.edu"
+#     c.LTI13Authenticator.client_id = ["the client id your platform gave"]
+#     c.LTI13Authenticator.authorize_url = "https://moodle.example.edu/mod/lti/auth.php"
+#     c.LTI13Authenticator.jwks_endpoint = "https://moodle.example.edu/mod/lti/certs.php"
+#   OAuth / OpenID Connect (Google, GitHub, Keycloak): pip install oauthenticator
+#     c.JupyterHub.authenticator_class = "generic-oauth"
+#     c.GenericOAuthenticator.oauth_callback_url = "https://lab.example.edu/hub/oauth_callback"
+#     c.GenericOAuthenticator.client_id = "..."; c.GenericOAuthenticator.client_secret = "..."
+#     c.GenericOAuthenticator.authorize_url/token_url/userdata_url = "https://idp.example.edu/..."
+#   With either, keep allowed_users (or the platform's course roster) and admin_users above;
+#   learners then need a Unix account only with SYSTEM_USERS (the spawner in 4 runs as them).
+# THE REAL THING (c): TLS, always when the hub is reachable from another machine:
+#   c.JupyterHub.ssl_cert = "/etc/letsencrypt/live/lab.example.edu/fullchain.pem"
+#   c.JupyterHub.ssl_key = "/etc/letsencrypt/live/lab.example.edu/privkey.pem"
+SYSTEM_USERS = setting("SYSTEM_USERS", "0") == "1"
+
+# --- 4. Their servers: a workspace, the learner's JupyterLab, the course's kernel ----------
+# Each learner's JupyterLab opens on their own workspace, made as `make lab` makes it (a copy
+# of course/; a module released later is copied in, earlier work never touched), with the
+# learner's Jupyter configuration (autograder/jupyter/learner/: Validate, no formgrader, no
+# Create Assignment). The kernel is this venv's Python 3 (torch, parlab). An instructor's
+# server opens on the repository with the instructor's configuration, as `make formgrader`:
+# nbgrader's formgrader reads ./nbgrader_config.py there. JupyterHub >= 4.1 forbids frames
+# between servers (Content-Security-Policy frame-ancestors 'none'), which leaves the
+# formgrader's tab in JupyterLab blank: open it in a browser tab of its own instead, at
+# /user/<instructor>/formgrader (nbgrader's documentation for JupyterHub >= 4.1 says the same).
+if SYSTEM_USERS:
+    c.JupyterHub.spawner_class = "localprocess"      # each server as its learner (hub as root)
+    WORKSPACES = "~{user}/parlab"
+else:
+    c.JupyterHub.spawner_class = "simple"            # the trial: every server as you
+    WORKSPACES = str(RUN / "users" / "{user}")
+    c.SimpleLocalProcessSpawner.home_dir_template = str(RUN / "users" / "{username}")
+c.Spawner.cmd = [sys.executable, "-m", "parlab.hub.limits", str(BIN / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.args = ["--allow-root"] if os.getuid() == 0 and not SYSTEM_USERS else []
+c.Spawner.environment = {"PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 60
+
+# --- 5. GPUs: a disjoint set per server ----------------------------------------------------
+# The plan: the box's GPUs (nvidia-smi's numbers; empty = every GPU nvidia-smi lists), so many
+# per learner. A server gets the next free set as PARLAB_GPUS (its ranks go on them, NCCL
+# between them); when every set is held WHEN_FULL says what a new server gets: "cpu" (CPU
+# ranks over gloo, and a line under the learner's first run saying so) or "wait" (its start
+# waits, up to WAIT_S seconds, for a server to stop). A server's GPUs go back when it stops
+# or is culled idle. Who holds which: `make hub-gpus` (python -m parlab.hub gpus).
+def box_gpus():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    listing = os.popen(f"{smi} -L 2>/dev/null").read()
+    return list(range(sum(line.startswith("GPU ") for line in listing.splitlines())))
+
+
+GPUS = [int(g) for g in names(setting("GPUS", ""))] or box_gpus()
+PER_LEARNER = int(setting("PER_LEARNER", "2"))
+WHEN_FULL = setting("WHEN_FULL", "cpu")
+WAIT_S = float(setting("WAIT_S", "600"))
+ALLOTMENT = Allotment(RUN / "gpus.json", Plan(GPUS, PER_LEARNER, when_full=WHEN_FULL))
+
+c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
+    course_root=ROOT, workspaces=WORKSPACES, instructors=frozenset(INSTRUCTORS),
+    allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS))
+
+# --- 6. Limits per learner's server --------------------------------------------------------
+# JupyterHub hands mem_limit and cpu_limit to the server (MEM_LIMIT, CPU_LIMIT); the local
+# spawners above do not enforce them, so the server starts through `parlab.hub.limits`, which
+# sets a memory limit per process (RLIMIT_AS; not on GPU servers: CUDA reserves more address
+# space than it uses) and caps torch's threads: a learner past the memory sees MemoryError or
+# "can't allocate memory" in the cell, their kernel lives on; past the CPU nothing fails.
+# THE REAL THING (d): a wall per server (a cgroup) with SystemdSpawner, which enforces both:
+#   pip install jupyterhub-systemdspawner    (the hub as root, SYSTEM_USERS = True)
+#   c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
+#   c.SystemdSpawner.unit_name_template = "parlab-{USERNAME}"
+#   A server past its memory is OOM-killed inside its own cgroup (its kernel dies and
+#   restarts, a rank shows "killed by signal 9"); past its CPU it is throttled, never killed.
+c.Spawner.mem_limit = setting("MEM", "16G")
+c.Spawner.cpu_limit = float(setting("CPUS", "4"))
+
+# --- 7. Services: idle culling and the GPU pool --------------------------------------------
+# jupyterhub-idle-culler stops a server idle for IDLE_S seconds (its GPUs go back); the
+# gpu-pool service returns the GPUs of servers that ended while the hub was not looking.
+IDLE_S = int(setting("IDLE_S", "3600"))
+c.JupyterHub.services = [
+    {"name": "idle-culler",
+     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"]},
+    {"name": "gpu-pool",
+     "command": [sys.executable, "-m", "parlab.hub", "watch", "--state",
+                 str(RUN / "gpus.json"), "--every", "60"]},
+]
+c.JupyterHub.load_roles = [
+    {"name": "idle-culler", "services": ["idle-culler"],
+     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
+    {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]},
+]
+
+# --- 8. What the hub prints when it starts -------------------------------------------------
+print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n"
+      f"  learners ({', '.join(LEARNERS)}): password {_pw['learners']}\n"
+      f"  instructors ({', '.join(INSTRUCTORS)}): password {_pw['instructors']}\n"
+      f"  (kept in {PASSWORDS}; add learners with PARLAB_HUB_LEARNERS=a,b,c)\n"
+      f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}. "
+      "Stop it with Ctrl-C.\n", file=sys.stderr, flush=True)

@@ -1,0 +1,129 @@
+"""The hub's spawn hooks: a learner's workspace, Jupyter configuration and GPUs.
+
+    settings = HubSettings(course_root=ROOT, workspaces=ROOT / "hub/run/users/{user}", ...)
+    c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(settings)
+
+Before a server starts (`pre_spawn`): a learner's workspace is made as `make lab` makes it
+(`parlab.hub.workspace`), the server opens on it with the learner's Jupyter configuration
+(autograder/jupyter/learner/: Validate, no instructor panels); an instructor's opens on the
+course root with the instructor's configuration (formgrader), as `make formgrader` does. The
+server takes GPUs from the allotment (`parlab.hub.allot`) and gets them as PARLAB_GPUS; with
+none left it gets CPU ranks over gloo and the line of `parlab.hub.notice`, or waits (the
+plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go back.
+The hooks read only what every JupyterHub spawner has (user.name, name, environment,
+notebook_dir, log): nothing here imports JupyterHub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parlab.hub.allot import Allotment
+from parlab.hub.workspace import make_workspace
+
+__all__ = ["HubSettings", "make_hooks", "gpu_environment", "server_key"]
+
+
+@dataclass
+class HubSettings:
+    """What the hooks need from the hub's configuration file (hub/jupyterhub_config.py)."""
+
+    course_root: Path                      # the repository: course/, nbgrader_config.py
+    workspaces: str                        # a learner's workspace, "{user}" filled in
+    instructors: frozenset[str] = frozenset()
+    allotment: Allotment | None = None     # None: no GPUs on this box
+    wait_s: float = 600.0                  # under when_full="wait", how long a spawn waits
+    system_users: bool = False             # workspaces owned by the system user of that name
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def learner_jupyter(self) -> Path:
+        return self.course_root / "autograder" / "jupyter" / "learner"
+
+    @property
+    def instructor_jupyter(self) -> Path:
+        return self.course_root / "autograder" / "jupyter" / "instructor"
+
+
+def server_key(spawner: Any) -> str:
+    """Who holds GPUs: the user's name, with the server's name for a named server."""
+    name = getattr(spawner, "name", "") or ""
+    return spawner.user.name + (f"/{name}" if name else "")
+
+
+def gpu_environment(gpus: list[int], *, planned: int) -> dict[str, str]:
+    """The environment that gives a server `gpus` ([]: CPU ranks, the fallback line when the
+    plan has GPUs at all). GPU numbers are the box's (nvidia-smi's order)."""
+    if gpus:
+        return {"PARLAB_GPUS": ",".join(map(str, gpus)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "PARLAB_HUB_FALLBACK": ""}
+    env = {"PARLAB_GPUS": "", "CUDA_VISIBLE_DEVICES": "", "PARLAB_BACKEND": "gloo"}
+    if planned:
+        env["PARLAB_HUB_FALLBACK"] = (f"all {planned} GPUs of this box are held by other "
+                                      "learners' servers")
+    return env
+
+
+def _prepare(settings: HubSettings, spawner: Any) -> None:
+    """Workspace, Jupyter configuration, course root: everything but the GPUs."""
+    user = spawner.user.name
+    env = dict(spawner.environment)
+    env.update(settings.extra_env)
+    if user in settings.instructors:
+        root = settings.course_root
+        env["JUPYTER_CONFIG_PATH"] = str(settings.instructor_jupyter)
+        env["PARLAB_COURSE_ROOT"] = str(root)
+    else:
+        root = expand(settings.workspaces, user)
+        new = make_workspace(settings.course_root / "course", root,
+                             owner=user if settings.system_users else None)
+        if new:
+            spawner.log.info("parlab: new in %s's workspace %s: %s", user, root, ", ".join(new))
+        env["JUPYTER_CONFIG_PATH"] = str(settings.learner_jupyter)
+    spawner.environment = env
+    spawner.notebook_dir = str(root)
+
+
+def _give_gpus(settings: HubSettings, spawner: Any, gpus: list[int]) -> None:
+    planned = len(settings.allotment.plan.gpus) if settings.allotment else 0
+    spawner.environment = {**spawner.environment, **gpu_environment(gpus, planned=planned)}
+    spawner.log.info("parlab: %s gets %s", server_key(spawner),
+                     f"GPUs {gpus}" if gpus else "CPU ranks over gloo")
+
+
+def make_hooks(settings: HubSettings) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+    """(pre_spawn_hook, post_stop_hook) for c.Spawner."""
+
+    def pre_spawn(spawner: Any) -> Coroutine[Any, Any, None] | None:
+        _prepare(settings, spawner)
+        pool = settings.allotment
+        if pool is None:
+            _give_gpus(settings, spawner, [])
+            return None
+        if pool.plan.when_full == "cpu":
+            _give_gpus(settings, spawner, pool.take(server_key(spawner)))
+            return None
+
+        async def waiting() -> None:  # the hub awaits it; its event loop keeps serving
+            key = server_key(spawner)
+            gpus = await asyncio.to_thread(pool.take, key, wait_s=settings.wait_s)
+            _give_gpus(settings, spawner, gpus)
+        return waiting()
+
+    def post_stop(spawner: Any) -> None:
+        if settings.allotment is not None:
+            back = settings.allotment.give_back(server_key(spawner))
+            if back:
+                spawner.log.info("parlab: %s gave back GPUs %s", server_key(spawner), back)
+
+    return pre_spawn, post_stop
+
+
+def expand(template: str, user: str) -> Path:
+    """A workspace template for one user (~ expanded)."""
+    return Path(os.path.expanduser(template.format(user=user)))
