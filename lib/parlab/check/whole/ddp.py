@@ -3,7 +3,8 @@ r"""Module 08, exercise 1: `OverlappedDDP`, the bucketed DP all-reduce overlappe
 `OverlappedDDP(params, *, group=None, bucket_bytes)` with `no_sync()` and `finish()` runs on
 every rank of `world_size` (2; 3, and 4 ranks in two DP groups of 2, in the hidden test) on a
 stack of Linear layers (width 12, so a layer is 624 bytes and `bucket_bytes` = 1000 cuts
-between layers) with one parameter that gets no gradient (a layer the forward never uses).
+every second layer; the hidden test's 600 cuts every layer: 6 buckets, not 3) with one
+parameter that gets no gradient (a layer the forward never uses).
 Two steps, each of 2 micro-batches, the first inside `no_sync()`. Compared with, all computed
 here:
 
@@ -45,6 +46,9 @@ WIDTH, LAYERS, ROWS, MICRO = 12, 5, 12, 2  # 12 rows split over 2, 3 or 2 x 2 ra
 BUCKET_BYTES = 1000  # a Linear(12, 12) holds 624 bytes: buckets of two layers (weight+bias)
 SEED = 808
 WHOLE = "the whole world"
+FIXED_BUCKET = ("the buckets were cut at {fixed} bytes whatever bucket_bytes says: close a bucket "
+                "once it holds at least the bucket_bytes given to __init__ (here {given}), not "
+                "a number written in")
 NO_SYNC = ("inside no_sync() the backward must only accumulate: the hooks return without "
            "starting anything, and the backward after it (outside) starts the buckets once, "
            "for the sums of every micro-batch")
@@ -165,7 +169,7 @@ def _step(ddp: Any, model: nn.Module, log: CallLog, step: int, coord: int, d: in
     return {"got": got, "backward_end": backward_end}
 
 
-def _worker(cls: type, groups: list[list[int]] | None) -> dict:
+def _worker(cls: type, groups: list[list[int]] | None, bucket_bytes: int) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
     group, members = None, list(range(world))
@@ -181,15 +185,18 @@ def _worker(cls: type, groups: list[list[int]] | None) -> dict:
     with log.watch():
         ddp = call_learner("OverlappedDDP(model.parameters(), group=..., bucket_bytes=...)",
                            lambda: cls(model.parameters(), group=group,
-                                       bucket_bytes=BUCKET_BYTES))
+                                       bucket_bytes=bucket_bytes))
         steps = []
         for step in range(2):
             start = len(log.calls)
             steps.append({**_step(ddp, model, log, step, coord, d),
                           "calls": log.calls[start:]})
-    expect = expected_buckets(list(model.parameters()), BUCKET_BYTES)
+    params = list(model.parameters())
+    expect = expected_buckets(params, bucket_bytes)
     return {"steps": steps, "cands": [_candidates(s, coord, d) for s in range(2)],
-            "expect": expect, "members": members, "world": world, "names":
+            "expect": expect, "bucket_bytes": bucket_bytes,
+            "default": expected_buckets(params, BUCKET_BYTES), "members": members,
+            "world": world, "names":
             [n for n, _ in model.named_parameters()]}
 
 
@@ -251,10 +258,13 @@ def _judge_overlap(rank: int, r: dict, step: int) -> None:
     sizes = [c.nbytes for c in reduces]
     if sizes != expect:
         per_param = len(sizes) == len(r["names"])
+        given = r["bucket_bytes"]
+        fixed = given != BUCKET_BYTES and sizes == r["default"]
         fail(f"step {step}: the all-reduces carried {sizes} bytes, in this order; buckets of "
-             f"at least bucket_bytes={BUCKET_BYTES} over the parameters, last first, give "
+             f"at least bucket_bytes={given} over the parameters, last first, give "
              f"{expect}", rank=rank,
-             hint="one all-reduce per parameter pays the latency alpha every time: bucket "
+             hint=FIXED_BUCKET.format(fixed=BUCKET_BYTES, given=given) if fixed else
+                  "one all-reduce per parameter pays the latency alpha every time: bucket "
                   "them" if per_param else
                   "walk the parameters in reverse (the order backward produces gradients), "
                   "close a bucket once it holds at least bucket_bytes, and start the buckets "
@@ -263,11 +273,13 @@ def _judge_overlap(rank: int, r: dict, step: int) -> None:
 
 @exercise(KEY_DDP)
 def check_overlapped_ddp(cls: type, *, world_size: int = 2, groups: list[list[int]] | None = None,
-                         timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> dict:
-    """OverlappedDDP on `world_size` ranks (in `groups`, or one group of all): gradients equal
-    to one device's, no call inside no_sync, buckets started during backward, in order."""
+                         bucket_bytes: int = BUCKET_BYTES, timeout: float = CHECK_TIMEOUT_S,
+                         quiet: bool = False) -> dict:
+    """OverlappedDDP on `world_size` ranks (in `groups`, or one group of all), built with
+    `bucket_bytes`: gradients equal to one device's, no call inside no_sync, buckets started
+    during backward, in order, one all-reduce per bucket that size gives."""
     not_reference(cls, name="OverlappedDDP", modules=("parlab.dp", "torch.nn.parallel"))
-    results = run_checked(_worker, world_size, cls, groups, what="OverlappedDDP",
+    results = run_checked(_worker, world_size, cls, groups, bucket_bytes, what="OverlappedDDP",
                           timeout=timeout, hang_hint=HANG)
     for rank, r in enumerate(results):
         for step in range(2):

@@ -8,7 +8,9 @@ one layer keeps for backward.
 
 Compared with, all computed here on a layer whose every parameter is randomised (LayerNorms
 included), x of shape (B, S, C) = (2, 20, 24), 3 heads (as/h = 2.5, so the scores' term is
-neither negligible nor equal to another one):
+neither negligible nor equal to another one); `shape=` and `heads=` set others (the hidden
+test: (3, 10, 24) with 4 heads, where an answer that writes a = 3 in still runs, and is named
+by its output, that of the layer with 3 heads):
 
 - outputs and gradients (x's and every weight's) equal to the same layer run by parlab's own
   forward without recomputation, the same dropout masks drawn from the same seed (float32,
@@ -41,12 +43,15 @@ from parlab.check._harness import call_learner, exercise, not_reexport, on_learn
 from parlab.check.whole.common import KEY_RECOMPUTE
 
 B, S, H, A = 2, 20, 24, 3
+Dims = tuple[int, int, int, int]  # (b, s, h, a): batch, sequence, hidden, heads
 P_DROP, SEED, MASK_SEED = 0.1, 2205, 7
 POLICIES = ("none", "selective", "full")
 POINTS = [(2, 20, 24, 3), (1, 2048, 4096, 32), (3, 10, 12, 3), (4, 4096, 8192, 64),
           (1, 7, 15, 5)]
 HIDDEN_POINTS = [(5, 9, 18, 6), (2, 8192, 8192, 64), (7, 3, 21, 7), (1, 1, 1, 1)]
 REFUSAL = "parlab's RecomputeLayer forward or its activation counters (parlab.costs.activations)"
+SIZES = ("take every size from the arguments: b, s, h = x.shape and a = layer.n_heads, never "
+         "a number written in: this check's layer has {a} heads and x is {shape}")
 
 
 def closed_form(b: int, s: int, h: int, a: int, recompute: str) -> int:
@@ -81,19 +86,20 @@ class _Meter:
         return sum(st.nbytes() for st in self.kept.values())
 
 
-def _layers(dtype: torch.dtype) -> tuple[nn.Module, Tensor]:
+def _layers(dtype: torch.dtype, dims: Dims) -> tuple[nn.Module, Tensor]:
     from parlab.model.recompute import RecomputeLayer
 
+    b, s, h, a = dims
     torch.manual_seed(SEED)
-    layer = RecomputeLayer(H, A, p_drop=P_DROP, recompute="none")
+    layer = RecomputeLayer(h, a, p_drop=P_DROP, recompute="none")
     randomize_parameters(layer, seed=SEED)
-    x = torch.randn(B, S, H, generator=torch.Generator().manual_seed(SEED + 1))
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(SEED + 1))
     return layer.to(dtype), x.to(dtype).requires_grad_()
 
 
-def _run(forward: Callable[[nn.Module, Tensor], Tensor], dtype: torch.dtype
+def _run(forward: Callable[[nn.Module, Tensor], Tensor], dtype: torch.dtype, dims: Dims
          ) -> tuple[Tensor, list[Tensor]]:
-    layer, x = _layers(dtype)
+    layer, x = _layers(dtype, dims)
     torch.manual_seed(MASK_SEED)  # the dropout masks
     out = forward(layer, x)
     up = torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 2), dtype=dtype)
@@ -118,15 +124,19 @@ REENTRANT = ("torch.utils.checkpoint without use_reentrant=False: the reentrant 
              "p_drop, training, use_reentrant=False)")
 
 
-def _learner(fn: Callable[..., Any], policy: str) -> Callable[[nn.Module, Tensor], Tensor]:
+def _learner(fn: Callable[..., Any], policy: str,
+             dims: Dims) -> Callable[[nn.Module, Tensor], Tensor]:
     call = f"recompute_forward(layer, x, {policy!r})"
+    b, s, h, a = dims
+    # at other sizes than the visible test's, a crash is most likely a size written in
+    sizes = None if dims == (B, S, H, A) else SIZES.format(a=a, shape=f"({b}, {s}, {h})")
 
     def forward(layer: nn.Module, x: Tensor) -> Tensor:
         with warnings.catch_warnings(record=True) as caught:  # torch's, not shown as they are
             warnings.simplefilter("always")
             out = call_learner(call, fn, layer, x, policy, refuse=_refused(), refusal=REFUSAL,
-                               shape_hint="x is (B, s, C); q, k and v are (B, a, s, C/a), "
-                                          "contiguous")
+                               hint=sizes, shape_hint="x is (B, s, C); q, k and v are (B, a, "
+                                                      "s, C/a), contiguous")
         if any("use_reentrant" in str(w.message) for w in caught):
             fail(f"{call} calls checkpoint without use_reentrant", hint=REENTRANT)
         return out
@@ -136,27 +146,43 @@ def _learner(fn: Callable[..., Any], policy: str) -> Callable[[nn.Module, Tensor
 # The learner's side of each measurement (on_learner_side: in the learner's process under the
 # verifier); each returns plain data, compared here.
 
-def _learner_run(fn: Callable[..., Any], policy: str) -> tuple[Tensor, list[Tensor]]:
-    return _run(_learner(fn, policy), torch.float32)
+def _learner_run(fn: Callable[..., Any], policy: str,
+                 dims: Dims) -> tuple[Tensor, list[Tensor]]:
+    return _run(_learner(fn, policy, dims), torch.float32, dims)
 
 
-def _learner_bytes(fn: Callable[..., Any], policy: str) -> int:
-    layer, x = _layers(torch.bfloat16)
-    forward = _learner(fn, policy)
+def _learner_bytes(fn: Callable[..., Any], policy: str, dims: Dims) -> int:
+    layer, x = _layers(torch.bfloat16, dims)
+    forward = _learner(fn, policy, dims)
     return _Meter(tuple(layer.parameters())).measure(lambda: forward(layer, x))
 
 
-def _learner_flops(fn: Callable[..., Any], policy: str) -> int:
-    layer, x = _layers(torch.float32)
-    forward = _learner(fn, policy)
+def _learner_flops(fn: Callable[..., Any], policy: str, dims: Dims) -> int:
+    layer, x = _layers(torch.float32, dims)
+    forward = _learner(fn, policy, dims)
     with FlopCounterMode(display=False) as counter:
         forward(layer, x).sum().backward()
     return int(counter.get_total_flops())
 
 
-def _check_values(fn: Callable[..., Any], policy: str) -> None:
-    ref_out, ref_grads = _run(lambda layer, x: layer(x), torch.float32)
-    out, grads = on_learner_side(_learner_run, fn, policy)
+def _with_heads(a: int) -> Callable[[nn.Module, Tensor], Tensor]:
+    """The reference forward with `a` heads instead of the layer's: an answer's a written in."""
+    def forward(layer: nn.Module, x: Tensor) -> Tensor:
+        setattr(layer, "n_heads", a)  # noqa: B010 - a Module attribute that is an int
+        return layer(x)
+    return forward
+
+
+def _check_values(fn: Callable[..., Any], policy: str, dims: Dims) -> None:
+    ref_out, ref_grads = _run(lambda layer, x: layer(x), torch.float32, dims)
+    out, grads = on_learner_side(_learner_run, fn, policy, dims)
+    b, s, h, a = dims
+    if (a != A and h % A == 0 and isinstance(out, Tensor) and out.shape == ref_out.shape
+            and not torch.allclose(out, ref_out, rtol=1e-6, atol=1e-6)
+            and torch.allclose(out, _run(_with_heads(A), torch.float32, dims)[0], rtol=1e-6,
+                               atol=1e-6)):
+        fail(f"recompute_forward(layer, x, {policy!r}) computed attention with {A} heads; "
+             f"the layer has layer.n_heads = {a}", hint=SIZES.format(a=a, shape=(b, s, h)))
     hint = (f"with recompute={policy!r} the layer must compute what it computes without "
             "recomputation: the layer's ops in its order (ln1, qkv, attention_core, proj, "
             "dropout, residual, ln2, fc1, GeLU, fc2, dropout, residual), dropout and "
@@ -165,18 +191,19 @@ def _check_values(fn: Callable[..., Any], policy: str) -> None:
     call = f"recompute_forward(layer, x, {policy!r})"
     expect_type(out, Tensor, name=call, what="the layer's output, a tensor of the shape of x")
     assert_close(out, ref_out, name=f"the output of {call}", rtol=1e-6, atol=1e-6, hint=hint)
-    names = ["x"] + [n for n, _ in _layers(torch.float32)[0].named_parameters()]
+    names = ["x"] + [n for n, _ in _layers(torch.float32, dims)[0].named_parameters()]
     for name, g, want in zip(names, grads, ref_grads, strict=True):
         assert_close(g, want, name=f"the gradient of {name} through {call}", rtol=1e-6,
                      atol=1e-6, hint=hint)
 
 
-def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
-    got = on_learner_side(_learner_bytes, fn, policy)
-    want = {p: closed_form(B, S, H, A, p) for p in POLICIES}
+def _check_bytes(fn: Callable[..., Any], policy: str, dims: Dims) -> int:
+    got = on_learner_side(_learner_bytes, fn, policy, dims)
+    b, s, h, a = dims
+    want = {p: closed_form(b, s, h, a, p) for p in POLICIES}
     if got == want[policy]:
         return got
-    scores = A * S * S * B
+    scores = a * s * s * b
     if policy != "none" and got == want["none"]:
         hint = ("nothing was recomputed: the attention core must run inside "
                 "torch.utils.checkpoint.checkpoint(attention_core, q, k, v, p_drop, training, "
@@ -195,19 +222,20 @@ def _check_bytes(fn: Callable[..., Any], policy: str) -> int:
                 "per score) is still kept; the whole attention_core call goes inside the "
                 "checkpoint" if policy == "selective" else
                 "compute the layer as it is, keeping what autograd keeps by itself")
-    fail(f"recompute_forward(..., {policy!r}) kept {got:,} bytes for backward (b={B}, s={S}, "
-         f"h={H}, a={A}, bf16); Korthikanti's table plus the LayerNorm statistics gives "
+    fail(f"recompute_forward(..., {policy!r}) kept {got:,} bytes for backward (b={b}, s={s}, "
+         f"h={h}, a={a}, bf16); Korthikanti's table plus the LayerNorm statistics gives "
          f"{want[policy]:,}", hint=hint)
     raise AssertionError  # unreachable
 
 
-def _check_flops(fn: Callable[..., Any], policy: str) -> int:
-    total = on_learner_side(_learner_flops, fn, policy)
-    f = layer_forward_flops(B, S, H)
+def _check_flops(fn: Callable[..., Any], policy: str, dims: Dims) -> int:
+    total = on_learner_side(_learner_flops, fn, policy, dims)
+    b, s, h, _ = dims
+    f = layer_forward_flops(b, s, h)
     extra = total - 3 * f
-    want = {"none": 0, "selective": 2 * B * S * S * H, "full": f}[policy]
+    want = {"none": 0, "selective": 2 * b * s * s * h, "full": f}[policy]
     if extra != want:
-        reentrant = policy == "selective" and extra == 4 * B * S * S * H
+        reentrant = policy == "selective" and extra == 4 * b * s * s * h
         fail(f"recompute_forward(layer, x, {policy!r}): forward and backward cost "
              f"{total:,} FLOPs: 3F = {3 * f:,} plus {extra:,} recomputed; expected {want:,} "
              "recomputed",
@@ -241,20 +269,26 @@ def _check_formula(formula: Callable[..., Any], points: list[tuple[int, int, int
 
 @exercise(KEY_RECOMPUTE)
 def check_recompute(recompute_forward: Callable[..., Any], saved_bytes_formula: Callable[..., Any],
-                    *, quiet: bool = False) -> dict[str, dict[str, int]]:
-    """The three policies: same outputs and gradients, measured bytes equal to the closed
-    form, the recomputed FLOPs counted; the formula at many sizes."""
+                    *, shape: tuple[int, int, int] = (B, S, H), heads: int = A,
+                    quiet: bool = False) -> dict[str, dict[str, int]]:
+    """The three policies on x of `shape` (b, s, h) through a layer of `heads` heads: same
+    outputs and gradients, measured bytes equal to the closed form, the recomputed FLOPs
+    counted; the formula at many sizes."""
     not_reexport(recompute_forward, name="recompute_forward")
+    b, s, h = shape
+    if h % heads:
+        raise ValueError(f"shape={shape}, heads={heads}: the heads must divide h")
+    dims = (b, s, h, heads)
     measured: dict[str, dict[str, int]] = {}
     for policy in POLICIES:
-        _check_values(recompute_forward, policy)
-        measured[policy] = {"bytes": _check_bytes(recompute_forward, policy),
-                            "extra_flops": _check_flops(recompute_forward, policy)}
+        _check_values(recompute_forward, policy, dims)
+        measured[policy] = {"bytes": _check_bytes(recompute_forward, policy, dims),
+                            "extra_flops": _check_flops(recompute_forward, policy, dims)}
     _check_formula(saved_bytes_formula, POINTS + (HIDDEN_POINTS if quiet else []))
     if not quiet:
         rows = ", ".join(f"{p} {m['bytes']:,} B (+{m['extra_flops']:,} FLOPs)"
                          for p, m in measured.items())
         print(f"recompute_forward OK: outputs and gradients unchanged; kept for backward "
-              f"(b={B}, s={S}, h={H}, a={A}): {rows}; saved_bytes_formula agrees at "
+              f"(b={b}, s={s}, h={h}, a={heads}): {rows}; saved_bytes_formula agrees at "
               f"{len(POINTS)} sizes")
     return measured
