@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab hub hub-gpus test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
+.PHONY: lab hub hub-gpus test-hub test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
 setup: $(VENV)/.installed
@@ -102,6 +102,11 @@ hub: setup $(VENV)/.hub-installed
 
 hub-gpus: setup
 	$(PY) -m parlab.hub gpus --state hub/run/gpus.json
+
+# The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
+# through its REST API; about 1.5 minutes on 2 cores, so not part of `make test`).
+test-hub: setup $(VENV)/.hub-installed
+	PARLAB_TEST_HUB=1 $(PY) -m pytest -q tests/test_hub_e2e.py tests/test_hub_allot.py $(PYTEST_ARGS)
 
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)

@@ -7,7 +7,7 @@
 `watch` runs as a JupyterHub service (hub/jupyterhub_config.py): every `--every` seconds it
 asks the hub's REST API which servers are active (running or starting) and returns to the
 pool the GPUs of any other holder: a server that died while the hub was down, or one whose
-stop hook never ran. The hub stops it with itself.
+stop hook never ran. The hub stops it with itself; should the hub die first, it ends too.
 """
 
 from __future__ import annotations
@@ -70,12 +70,25 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("free needs the NAME whose GPUs to give back")
         print(f"{args.name} gave back GPUs {pool.give_back(args.name)}")
     else:
-        while True:
-            for who, gpus in pool.reconcile(active_servers(_hub_users())).items():
-                print(f"gpu-pool: {who} holds no running server; GPUs {gpus} back in the pool",
-                      file=sys.stderr, flush=True)
-            time.sleep(args.every)
+        watch(pool, every=args.every)
     return 0
+
+
+def watch(pool: Allotment, *, every: float) -> None:
+    """The gpu-pool service's loop; it ends when the hub that started it has gone."""
+    hub = os.getppid()
+    while os.getppid() == hub:
+        try:
+            users = _hub_users()
+        except OSError as err:  # the hub restarting, or busy: look again later
+            print(f"gpu-pool: the hub's API did not answer ({err})", file=sys.stderr, flush=True)
+            users = None
+        for who, gpus in ({} if users is None else pool.reconcile(active_servers(users))).items():
+            print(f"gpu-pool: {who} holds no running server; GPUs {gpus} back in the pool",
+                  file=sys.stderr, flush=True)
+        deadline = time.monotonic() + every
+        while os.getppid() == hub and time.monotonic() < deadline:
+            time.sleep(1.0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,201 @@
+"""`make hub` for real on this machine: JupyterHub with hub/jupyterhub_config.py, three local
+learners and an instructor, driven through the hub's REST API (no browser).
+
+About a minute on 2 cores, so not part of `make test`: `make test-hub` installs the [hub]
+extra and runs it (PARLAB_TEST_HUB=1). A fake plan of 8 GPUs, 4 per learner: alice and bob
+get GPUs, carol CPU ranks and the line saying so; each runs 2 ranks in their own kernel, in
+their own workspace, with the learner's Jupyter configuration; stopping a server returns its
+GPUs; stopping the hub leaves no process of it behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("PARLAB_TEST_HUB") != "1",
+                       reason="the hub's end-to-end test runs with `make test-hub`"),
+]
+BIN = Path(sys.executable).parent
+LEARNERS = ["alice", "bob", "carol"]
+
+WRAPPER = """
+c = get_config()
+load_subconfig({config!r})
+c.JupyterHub.services.append({{"name": "e2e", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "e2e", "services": ["e2e"], "scopes": [
+    "admin:users", "admin:servers", "access:servers", "list:users", "read:users"]}})
+"""
+
+
+def free_ports(count: int) -> int:
+    """A port p with p .. p + count - 1 free (the hub, its API, the proxy's API)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+class Hub:
+    def __init__(self, base: str, token: str) -> None:
+        self.base, self.token = base, token
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.base + path, method=method, data=data,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as reply:
+            text = reply.read()
+        return json.loads(text) if text else None
+
+    def wait_ready(self, user: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            server = self.api("GET", f"/hub/api/users/{user}")["servers"].get("")
+            if server and server["ready"]:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{user}'s server did not start in {timeout} s")
+
+    def execute(self, user: str, code: str) -> str:
+        """Run `code` in a new kernel of `user`'s server; its stdout, stderr and errors."""
+        kernel = self.api("POST", f"/user/{user}/api/kernels", {"name": "python3"})["id"]
+        try:
+            return asyncio.run(self._execute(user, kernel, code))
+        finally:
+            self.api("DELETE", f"/user/{user}/api/kernels/{kernel}")
+
+    async def _execute(self, user: str, kernel: str, code: str) -> str:
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        url = self.base.replace("http", "ws", 1) + f"/user/{user}/api/kernels/{kernel}/channels"
+        ws = await websocket_connect(HTTPRequest(url, headers={
+            "Authorization": f"token {self.token}"}))
+        mid = uuid.uuid4().hex
+        ws.write_message(json.dumps({
+            "header": {"msg_id": mid, "msg_type": "execute_request", "username": "e2e",
+                       "session": uuid.uuid4().hex, "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": False,
+                        "user_expressions": {}, "allow_stdin": False}}))
+        out = []
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.read_message(), 120))
+            if msg.get("parent_header", {}).get("msg_id") != mid:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                ws.close()
+                return "".join(out)
+
+
+def processes_of(run: Path) -> list[str]:
+    """Every live process whose command line or environment names the hub's folder."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+            if str(run).encode() in seen and (proc / "stat").read_text().split()[2] != "Z":
+                found.append(f"{proc.name}: {(proc / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:
+            continue
+    return found
+
+
+RUN_TWO = """
+import os
+from parlab.launch import run
+print("GPUS=" + os.environ["PARLAB_GPUS"], "CWD=" + os.getcwd())
+print("CONFIG=" + os.environ["JUPYTER_CONFIG_PATH"])
+print("RANKS=" + repr(run(lambda: 1, 2)))
+"""
+
+
+def test_a_class_on_the_hub(tmp_path):
+    run, token, port = tmp_path / "run", secrets.token_hex(16), free_ports(3)
+    wrapper = tmp_path / "jupyterhub_config.py"
+    wrapper.write_text(WRAPPER.format(config=str(ROOT / "hub" / "jupyterhub_config.py"),
+                                      token=token))
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "PARLAB_HUB_RUN": str(run),
+           "PARLAB_HUB_PORT": str(port), "PARLAB_HUB_GPUS": "0,1,2,3,4,5,6,7",
+           "PARLAB_HUB_PER_LEARNER": "4", "PARLAB_HUB_LEARNERS": ",".join(LEARNERS)}
+    log = open(tmp_path / "hub.log", "w")
+    started = time.monotonic()
+    hub_proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(wrapper)], cwd=tmp_path,
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    hub = Hub(f"http://127.0.0.1:{port}", token)
+    timings = {}
+    try:
+        for _ in range(120):
+            try:
+                hub.api("GET", "/hub/api/")
+                break
+            except OSError:
+                time.sleep(0.5)
+        timings["hub up"] = time.monotonic() - started
+        for user in LEARNERS:           # one after the other: the order fixes who gets GPUs
+            hub.api("POST", f"/hub/api/users/{user}/server")
+            hub.wait_ready(user)
+        timings["3 servers up"] = time.monotonic() - started
+        held = json.loads((run / "gpus.json").read_text())["held"]
+        assert held == {"alice": [0, 1, 2, 3], "bob": [4, 5, 6, 7]}
+        outs = {user: hub.execute(user, RUN_TWO) for user in ("alice", "carol")}
+        timings["2 kernels ran 2 ranks"] = time.monotonic() - started
+        assert "GPUS=0,1,2,3" in outs["alice"] and "RANKS=[1, 1]" in outs["alice"], outs
+        assert f"CWD={run / 'users' / 'alice'}" in outs["alice"]
+        assert "autograder/jupyter/learner" in outs["alice"]
+        assert "GPUS=" in outs["carol"] and "RANKS=[1, 1]" in outs["carol"], outs
+        assert "your ranks run on the CPU over gloo" in outs["carol"], outs
+        assert (run / "users" / "carol" / "00_collectives" / "00_collectives.ipynb").exists()
+        hub.api("DELETE", "/hub/api/users/alice/server")
+        held = json.loads((run / "gpus.json").read_text())["held"]
+        assert held == {"bob": [4, 5, 6, 7]}                      # alice's are back
+        for user in ("bob", "carol"):
+            hub.api("DELETE", f"/hub/api/users/{user}/server")
+        assert json.loads((run / "gpus.json").read_text())["held"] == {}
+    finally:
+        hub_proc.send_signal(signal.SIGTERM)
+        try:
+            hub_proc.wait(timeout=60)
+        finally:
+            log.close()
+            if hub_proc.poll() is None:
+                os.killpg(hub_proc.pid, signal.SIGKILL)
+    timings["hub down"] = time.monotonic() - started
+    deadline = time.monotonic() + 15
+    while (left := processes_of(run)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"left running after the hub stopped: {left}"
+    print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
