@@ -5,7 +5,9 @@ DP4 with ZeRO-1 (4 ranks) and on 1 rank; saved on 4 ranks as DP2 × TP2 with ZeR
 on the same grid (every bit the same, the random state too) and as PP2 × TP2 with plain Adam.
 Each resumed iteration is within TOLERANCE of the single device and of the run that never
 stopped. Two planted bugs break it: a checkpoint without the optimizer state (the loss after
-the first resumed step is off), a resumed run that restarts the data (off at once).
+the first resumed step is off), a resumed run that restarts the data (off at once). A
+vocabulary of 255 (padded to 256 rows for TP, split 128 + 127 real rows on TP2 and
+64 + 64 + 64 + 63 on TP4) saved on DP2 × TP2 resumes as TP4 and on 1 rank.
 Fast: ZeRO-1's flat slices <-> per-parameter chunks against the chunks computed here, on
 3 ranks with sizes 3 does not divide; every rank's pieces tile every single-device tensor.
 """
@@ -32,6 +34,7 @@ from parlab.model import LlamaConfig, load_corpus
 from parlab.widgets import checkpoint_pieces, describe_checkpoint, plot_checkpoint
 
 CFG = LlamaConfig(kv_heads=4)  # TP 4 needs 4 KV heads
+PADDED = LlamaConfig(kv_heads=4, vocab=255)  # TP 2 and TP 4 pad it to 256 rows, differently
 STEPS, SAVED, LR = 4, 2, 3e-3
 SAVE8 = Plan(dp=2, pp=2, tp=2, sequence_parallel=True, micro_batch_size=2)
 ZERO4 = Plan(dp=2, tp=2, micro_batch_size=2, distributed_optimizer=True)
@@ -51,14 +54,14 @@ NO_BUGS = CheckpointParts()
 
 
 def fit(plan: Plan, directory, *, load=None, step=None, parts=NO_BUGS,
-        save_every=None, seed=None) -> dict:
+        save_every=None, seed=None, cfg=CFG) -> dict:
     """Train `plan` to STEPS (resuming from `load` at `step`), saving every `save_every` to
     `directory`; the losses and, when seeded, the random numbers drawn after training."""
     if seed is not None:
         torch.manual_seed(seed + dist.get_rank())
         torch.rand(7)  # move the stream on: a restored state is not the default one
     ckpt = Checkpoints(save=directory, interval=save_every, load=load, step=step, parts=parts)
-    losses = train(CFG, plan, STEPS, lr=LR, checkpoints=ckpt)
+    losses = train(cfg, plan, STEPS, lr=LR, checkpoints=ckpt)
     resumed = ckpt.resumed.saved if ckpt.resumed else None
     return {"losses": losses, "rng": torch.rand(3), "resumed": resumed}
 
@@ -78,8 +81,10 @@ def save_without_optimizer(plan: Plan, directory) -> dict:
 
 
 def four_rank_jobs(tmp) -> dict:
-    a, z, b = tmp / "dp2pp2tp2", tmp / "zero", tmp / "no_optimizer"
-    out = {"ZeRO-1 DP2 x TP2, never stopped": fit(ZERO4, z, save_every=SAVED, seed=100)}
+    a, z, b, v = tmp / "dp2pp2tp2", tmp / "zero", tmp / "no_optimizer", tmp / "padded"
+    out = {"ZeRO-1 DP2 x TP2, never stopped": fit(ZERO4, z, save_every=SAVED, seed=100),
+           "V padded: DP2 x TP2": fit(Plan(dp=2, tp=2, micro_batch_size=2), v,
+                                      save_every=SAVED, cfg=PADDED)}
     resumes = {
         "DP2 x PP2 x TP2 -> TP4": (Plan(tp=4, micro_batch_size=4), a, {}),
         "DP2 x PP2 x TP2 -> DP4 ZeRO-1": (Plan(dp=4, micro_batch_size=2,
@@ -87,6 +92,7 @@ def four_rank_jobs(tmp) -> dict:
         "ZeRO-1 DP2 x TP2 -> same grid": (ZERO4, z, {"seed": 5}),
         "ZeRO-1 DP2 x TP2 -> PP2 x TP2": (Plan(pp=2, tp=2, micro_batch_size=2), z, {}),
         "bug: data restarted": (ZERO4, z, {"parts": CheckpointParts(resume_at=restart_data)}),
+        "V padded: DP2 x TP2 -> TP4": (Plan(tp=4, micro_batch_size=4), v, {"cfg": PADDED}),
     }
     for name, (plan, directory, extra) in resumes.items():
         out[name] = fit(plan, None, load=directory, step=SAVED, **extra)
@@ -97,7 +103,9 @@ def four_rank_jobs(tmp) -> dict:
 
 def one_rank_jobs(tmp) -> dict:
     out = {"DP2 x PP2 x TP2 -> 1 rank": fit(Plan(micro_batch_size=8), None,
-                                           load=tmp / "dp2pp2tp2", step=SAVED)}
+                                           load=tmp / "dp2pp2tp2", step=SAVED),
+           "V padded: DP2 x TP2 -> 1 rank": fit(Plan(micro_batch_size=8), None,
+                                                load=tmp / "padded", step=SAVED, cfg=PADDED)}
     try:  # another model: the message names what differs
         train(LlamaConfig(), Plan(micro_batch_size=8), STEPS, lr=LR,
               checkpoints=Checkpoints(load=tmp / "dp2pp2tp2"))
@@ -113,7 +121,8 @@ def resumed(tmp_path_factory):
     four = run(four_rank_jobs, 4, tmp, timeout=300)
     one = run(one_rank_jobs, 1, tmp, timeout=120)
     single = train_single(CFG, STEPS, global_batch_size=8, lr=LR)
-    return eight, four, one, single, tmp
+    padded = train_single(PADDED, STEPS, global_batch_size=8, lr=LR)
+    return eight, four, one, single, tmp, padded
 
 
 PAIRS = {  # resumed run -> the run that never stopped
@@ -122,6 +131,8 @@ PAIRS = {  # resumed run -> the run that never stopped
     "DP2 x PP2 x TP2 -> 1 rank": "DP2 x PP2 x TP2",
     "ZeRO-1 DP2 x TP2 -> same grid": "ZeRO-1 DP2 x TP2, never stopped",
     "ZeRO-1 DP2 x TP2 -> PP2 x TP2": "ZeRO-1 DP2 x TP2, never stopped",
+    "V padded: DP2 x TP2 -> TP4": "V padded: DP2 x TP2",
+    "V padded: DP2 x TP2 -> 1 rank": "V padded: DP2 x TP2",
 }
 
 
@@ -137,7 +148,7 @@ def results(resumed) -> dict:
 @pytest.mark.usefixtures("no_orphans")
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_a_checkpoint_resumes_on_another_grid(resumed, name):
-    got, single = results(resumed), resumed[3]
+    got, single = results(resumed), resumed[5 if name.startswith("V padded") else 3]
     losses, never = got[name]["losses"], got[PAIRS[name]]["losses"]
     assert len(never) == STEPS and len(losses) == STEPS - SAVED, (name, losses)
     to_single = [abs(a - b) for a, b in zip(losses, single[SAVED:], strict=True)]

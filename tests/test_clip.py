@@ -6,13 +6,14 @@ single-device norm, so the coefficient is well below 1. Compared, computed indep
 `torch.nn.utils.clip_grad_norm_` on the single-device `Llama` after the same step, its norm
 (every rank must return it) and every rank's clipped gradient pieces against the single
 device's clipped gradients at the piece's offsets. The grids, 2 to 8 ranks, each put a
-different kind of copy in play: TP2 (RMSNorms and the embedding whole on both TP ranks),
-PP2 (the tied embedding on both ends), CP2 (everything on both CP ranks), EP2 × TP2 + SP
-with MoE (dense tensors on both ep ranks, experts split), DP2 × PP2 with an untied head (the
-replicas; the head a tensor of its own on the last stage). The ∞-norm is checked on TP2. A
-double-counting norm (every rank's squares added, each copy counted) must fail the same
-comparison on every grid: the test can fail. One launch of 2 ranks and one of 4; the 8-rank
-DP2 × PP2 × TP2 + SP grid runs in module 08's hidden test and its table of copies.
+different kind of copy in play: TP2 (RMSNorms whole on both TP ranks, the embedding split by
+the vocabulary), PP2 (the tied embedding on both ends), CP2 (everything on both CP ranks),
+EP2 × TP2 + SP with MoE (dense tensors on both ep ranks, experts split), DP2 × PP2 with an
+untied head (the replicas; the head a tensor of its own on the last stage). The ∞-norm is
+checked on TP2. A double-counting norm (every rank's squares added, each copy counted) must
+fail the same comparison on every grid: the test can fail. One launch of 2 ranks and one of
+4; the 8-rank DP2 × PP2 × TP2 + SP grid runs in module 08's hidden test and its table of
+copies.
 """
 
 from __future__ import annotations
@@ -132,4 +133,6 @@ def test_a_norm_that_counts_copies_fails_the_comparison(clipped, name):
     cfg = next(job[1] for job in JOBS if job[0] == name)
     want = single(cfg, 2.0)[0]
     wrong = clipped[name][0]["wrong"]
-    assert wrong > want * (1 + 100 * RTOL), (name, wrong, want)
+    # 5 RTOL at least: on TP2 the only copies are the RMSNorms (the embedding is split by the
+    # vocabulary), whose squares are ~1.6e-4 of the total: the norm 7.8e-5 too large
+    assert wrong > want * (1 + 5 * RTOL), (name, wrong, want)

@@ -8,7 +8,8 @@ Steady: one forward, one backward; Cooldown: the remaining backwards) are in the
 itself (`parlab.pp.schedules`), this loop runs whatever it is given, action by action:
 
     F(i, s): x = microbatch i's token ids (s = 0) or recv from stage s-1;  y = stage(x)
-             last stage: loss_i = cross_entropy(y, targets_i) / m;  else isend y to s+1
+             last stage: loss_i = vocab_parallel_cross_entropy(y, targets_i) / m (y: this
+             TP rank's columns of the logits);  else isend y to s+1
     B(i, s): g = recv dL/dy from stage s+1 (the last stage starts from loss_i);
              backward; isend dL/dx to stage s-1 (s > 0)
     W(i, s): (zb_h1) B computed dL/dx only (autograd.grad, graph kept); W the weights'
@@ -55,7 +56,6 @@ from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import record_function
 
@@ -63,6 +63,7 @@ from parlab.compose.grads import data_parallel
 from parlab.compose.grid import Grid, Positions
 from parlab.compose.stage import ParallelLlama
 from parlab.pp.schedules import Action, Schedule, rank_and_chunk, shape_of
+from parlab.tp.vocab import vocab_parallel_cross_entropy
 
 __all__ = ["Messages", "run_schedule", "synced_backwards"]
 
@@ -160,9 +161,10 @@ class _State:
 def _forward(a: Action, st: _State) -> None:
     i, c, s = a.microbatch, a.chunk, st.stage(a.chunk)
     x = st.inputs[i] if s == 0 else st.box.recv(("F", i, s)).requires_grad_()
-    y = st.model.chunks[c](x, st.pos)  # (b, n/t, C), or logits (b, n, V) on the last stage
-    if s == st.model.n_stages - 1:
-        y = F.cross_entropy(y.flatten(0, 1), st.targets[i].flatten()) / len(st.inputs)
+    y = st.model.chunks[c](x, st.pos)  # (b, n/t, C), or logits (b, n, V'/t) on the last stage
+    if s == st.model.n_stages - 1:  # the mean over the b·n tokens, logits never gathered
+        y = vocab_parallel_cross_entropy(y, st.targets[i], st.model.grid.tp,
+                                         vocab_size=st.model.vocab) / len(st.inputs)
         st.losses.append(y.detach())
     else:
         st.box.send(("F", i, s + 1), y)

@@ -9,7 +9,9 @@ A parameter of `ParallelLlama` is a piece of one tensor of the single-device `Ll
 
 - a pipeline stage holds whole layers: layer i is `blocks.i.*` wherever it runs;
 - TP splits wq, wk, wv, gate and up by rows (dim 0), wo and down by columns (dim 1), into t
-  equal pieces; the norms, the embedding and the head are whole on every TP rank;
+  equal pieces, and the embedding and the head by the vocabulary (dim 0: rank r holds rows
+  [rV'/t, (r+1)V'/t) of the vocabulary padded to V' = t·ceil(V/t), `parlab.tp.vocab`); the
+  norms are whole on every TP rank;
 - EP splits the experts' (E, F, C) tensors by experts (dim 0) into ep pieces;
 - every piece is repeated on the dp × cp ranks (and the embedding on the first and the last
   stage, when the head is tied).
@@ -18,7 +20,11 @@ As a DTensor (`torch.distributed.tensor`): the ranks that share this rank's pipe
 form a mesh of shape (ep, tp, dp·cp), built from the grid's own groups (no new ones), and a
 piece has one placement per mesh dimension, e.g. `[Replicate(), Shard(1), Replicate()]` for
 wo. DCP reads the placements to compute each piece's offsets in the whole tensor, which is
-what lets a checkpoint saved on one grid load on another.
+what lets a checkpoint saved on one grid load on another. The padded vocabulary depends on t,
+so a checkpoint holds the V real rows only: a piece's padding rows (`ShardSpec.rows`) are left
+out of its DTensor, whose `Shard(0)` sizes (ceil(V/t) rows, the last ones short) are exactly
+the real rows of Megatron's padded pieces; a load on another t fills the real rows in place
+and leaves the padding zero.
 
 ZeRO-1 (`chunked=True`): the dp·cp ranks of a DP group hold different slices of Adam's
 moments. A checkpoint stores them as FSDP2 stores its shards: each parameter's piece cut
@@ -62,6 +68,12 @@ class ShardSpec:
     tied_copy: bool = False
     """The last pipeline stage's copy of a tied embedding: stage 0 holds the same tensor (the
     one piece two pipeline ranks both hold; a global norm counts it once)."""
+    rows: int | None = None
+    """A vocabulary piece padded past V (`parlab.tp.vocab`): how many of its dim-0 rows are
+    real words (the rest are padding, zero); None when every row is real."""
+
+
+VOCAB_NAMES = ("tok.weight", "head.weight")  # split over the (padded) vocabulary under TP
 
 
 @functools.lru_cache(maxsize=8)
@@ -90,6 +102,15 @@ def _named_local(model: ParallelLlama, layers: list[list[int]], grid: Grid,
     return out
 
 
+def _real_rows(name: str, q: nn.Parameter, shape: tuple[int, ...], grid: Grid) -> int | None:
+    """The real rows of a vocabulary piece when its padding reaches past V, else None."""
+    if name not in VOCAB_NAMES or q.shape[0] == shape[0]:
+        return None
+    start = grid.coords["tp"] * q.shape[0]  # rows [start, start + V'/t) of the padded table
+    real = max(0, min(q.shape[0], shape[0] - start))
+    return None if real == q.shape[0] else real
+
+
 def shard_specs(rep: Replica) -> list[ShardSpec]:
     """This rank's parameters (each once, in `model.unique_parameters()` order) as pieces of
     the single-device tensors."""
@@ -109,7 +130,8 @@ def shard_specs(rep: Replica) -> list[ShardSpec]:
         dim = cut[0] if cut else None
         ep_dim = dim if id(q) in experts else None
         tp_dim = None if id(q) in experts else dim
-        by_id[id(q)] = ShardSpec(name, q, shape, tp_dim=tp_dim, ep_dim=ep_dim, tied_copy=copy)
+        by_id[id(q)] = ShardSpec(name, q, shape, tp_dim=tp_dim, ep_dim=ep_dim, tied_copy=copy,
+                                 rows=_real_rows(name, q, shape, grid))
     return [by_id[id(q)] for q in model.unique_parameters()]
 
 
@@ -139,7 +161,14 @@ def chunk_rows(rows: int, parts: int, index: int) -> tuple[int, int]:
 
 def as_dtensor(local: Tensor, spec: ShardSpec, mesh: DeviceMesh, *,
                chunked: bool = False) -> DTensor:
-    """`local` (this rank's piece, or its chunk when `chunked`) as a piece of the whole."""
+    """`local` (this rank's piece, or its chunk when `chunked`) as a piece of the whole; a
+    padded vocabulary piece without its padding rows (a view: a load fills it in place)."""
+    if spec.rows is not None:
+        if chunked:
+            raise ValueError(f"{spec.name}: a vocabulary padded for TP (V = {spec.shape[0]} not "
+                             "divisible by t) cannot be saved with the distributed optimizer's "
+                             "chunks: choose t dividing V, or save without ZeRO-1")
+        local = local[:spec.rows]  # (real rows, C)
     whole = torch.empty(spec.shape, device="meta")
     return DTensor.from_local(local, mesh, placements(spec, chunked=chunked), run_check=False,
                               shape=whole.shape, stride=whole.stride())

@@ -13,13 +13,18 @@ layers and a light head give Megatron's equal split.
 Placement is module 04's looped one (`parlab.pp.stage_of`): rank r's chunk c is stage
 c·p + r, so with v = 2 chunks rank 0 runs stages 0 and p.
 
-Stage 0 embeds the token ids; with SP it keeps its own rows of the result
-(`scatter_to_sequence_parallel_region`, Megatron's choice: the gradient is all-gathered, so the
-embedding's gradient is whole on every TP rank). The last stage applies the final RMSNorm
-on its tokens, all-gathers them (`gather_from_sequence_parallel_region` with
-tensor_parallel_output_grad=False: every TP rank computes the same loss, so the gradient of
-the gathered tensor is already whole) and applies the head, replicated: each TP rank computes
-all the logits (Megatron splits the head over the vocabulary instead; here V is tiny).
+Stage 0 embeds the token ids. Under TP the vocabulary is split (Megatron-LM's
+`VocabParallelEmbedding`, `parlab.tp.vocab`): TP rank r holds rows $[rV'/t, (r+1)V'/t)$ of the
+table padded to $V' = t\lceil V/t \rceil$ rows, looks up the ids it holds and all-reduces the
+parts. With SP it keeps its own rows of the result (`scatter_to_sequence_parallel_region`,
+Megatron's choice: the gradient is all-gathered, so each TP rank's rows of the table get
+their whole gradient). The last stage applies the final RMSNorm on its tokens, all-gathers
+them (`gather_from_sequence_parallel_region`) and applies its rows of the head, a
+column-parallel linear: logits (b, n, V'/t), the columns of this rank's words, never
+gathered; the loss is `parlab.tp.vocab_parallel_cross_entropy` (`run_schedule`). Each rank's
+logits then give only a part of the gradient of the gathered tokens: the gather's backward
+reduce-scatters (without SP, f before the head all-reduces it, as Megatron's
+ColumnParallelLinear does).
 
 Tied head across the pipeline: the last stage holds a copy of the embedding; after backward
 the first and last pipeline rank add their two gradients (`grid.embedding`, as Megatron's
@@ -32,6 +37,7 @@ from __future__ import annotations
 import copy
 from typing import cast
 
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -42,9 +48,12 @@ from parlab.model.llama import Llama, LlamaBlock, LlamaConfig
 from parlab.pp.schedules import stage_of
 from parlab.pp.simulator import balance_stages
 from parlab.tp.mappings import (
+    copy_to_tp_region,
     gather_from_sequence_parallel_region,
     scatter_to_sequence_parallel_region,
+    tp_rank_and_size,
 )
+from parlab.tp.vocab import VocabParallelEmbedding, padded_vocab_size, vocab_range
 
 __all__ = ["layer_costs", "split_layers", "Stage", "ParallelLlama"]
 
@@ -69,35 +78,57 @@ def split_layers(cfg: LlamaConfig, n_stages: int) -> list[list[int]]:
     return [list(range(a, a + n)) for a, n in zip(starts, counts, strict=True)]
 
 
+def _vocab_rows(weight: Tensor, *, group: dist.ProcessGroup | None = None) -> Tensor:
+    """This TP rank's rows of a (V, C) table or head, padded as Megatron-LM pads the
+    vocabulary: (V'/t, C), a copy, the rows past V zero."""
+    rank, t = tp_rank_and_size(group)
+    start, end = vocab_range(padded_vocab_size(weight.shape[0], t), rank, t)
+    out = weight.new_zeros(end - start, *weight.shape[1:])  # (V'/t, C)
+    real = max(0, min(end, weight.shape[0]) - start)
+    out[:real] = weight[start:start + real]
+    return out
+
+
+def _embedding(model: Llama, grid: Grid) -> nn.Module:
+    """Stage 0's table: the single device's, or this TP rank's rows of it."""
+    if grid.size("tp") == 1:
+        return copy.deepcopy(model.tok)
+    w = model.tok.weight.detach()
+    tok = VocabParallelEmbedding(w.shape[0], w.shape[1], group=grid.tp, device="meta")
+    tok.weight = nn.Parameter(_vocab_rows(w, group=grid.tp))  # (V'/t, C); meta: no RNG drawn
+    return tok
+
+
 class Stage(nn.Module):
     """One stage: [embedding] -> its ParallelBlocks -> [final norm, head]."""
 
     def __init__(self, model: Llama, layers: list[int], grid: Grid, *, first: bool,
-                 last: bool, sequence_parallel: bool, embedding: nn.Embedding | None) -> None:
+                 last: bool, sequence_parallel: bool, embedding: nn.Module | None) -> None:
         super().__init__()
         self.grid, self.sequence_parallel = grid, sequence_parallel
         self.first, self.last = first, last
-        self.tok = copy.deepcopy(model.tok) if first else None
+        self.tok = _embedding(model, grid) if first else None
         blocks = [model.blocks[i] for i in layers]
         assert all(isinstance(b, LlamaBlock) for b in blocks)
         self.blocks = nn.ModuleList(ParallelBlock(b, grid, sequence_parallel=sequence_parallel)
                                     for b in blocks if isinstance(b, LlamaBlock))
         self.norm = copy.deepcopy(model.norm) if last else None
         self.head: nn.Parameter | None = None  # its own matrix, or the tied copy
-        self.tied_to: nn.Embedding | None = None  # the embedding it shares a rank with
+        self.tied_to: nn.Module | None = None  # the embedding it shares a rank with
         # (registered as a submodule on purpose: its weight is then also this chunk's
         # parameter, so a W step computes the head's share of its gradient)
         if last and model.head is not None:
-            self.head = nn.Parameter(model.head.weight.detach().clone())
+            self.head = nn.Parameter(_vocab_rows(model.head.weight.detach(), group=grid.tp))
         elif last and (self.tok is not None or embedding is not None):
             self.tied_to = self.tok or embedding
         elif last:
-            self.head = nn.Parameter(model.tok.weight.detach().clone())  # the tied copy
+            self.head = nn.Parameter(_vocab_rows(model.tok.weight.detach(), group=grid.tp))
 
     def head_weight(self) -> Tensor:
-        """(V, C): the head's matrix, its tied copy, or this rank's embedding itself."""
+        """(V'/t, C): this TP rank's rows of the head's matrix, of its tied copy, or this
+        rank's embedding itself."""
         if self.tied_to is not None:
-            return self.tied_to.weight
+            return cast(Tensor, self.tied_to.weight)
         assert self.head is not None
         return self.head
 
@@ -112,10 +143,11 @@ class Stage(nn.Module):
         if self.norm is None:
             return x
         x = self.norm(x)
-        if self.sequence_parallel:
-            x = gather_from_sequence_parallel_region(x, group=tp,
-                                                     tensor_parallel_output_grad=False)
-        return F.linear(x, self.head_weight())  # (b, n, V)
+        if self.sequence_parallel:  # backward: reduce-scatter (each rank's logits give a part)
+            x = gather_from_sequence_parallel_region(x, group=tp)  # (b, n, C)
+        else:  # f: backward all-reduce
+            x = copy_to_tp_region(x, group=tp)
+        return F.linear(x, self.head_weight())  # (b, n, V'/t): this rank's words
 
 
 class ParallelLlama(nn.Module):
@@ -128,6 +160,7 @@ class ParallelLlama(nn.Module):
         if len(layers) % p:
             raise ValueError(f"{len(layers)} stages do not fill pp={p} ranks evenly")
         self.grid, self.n_stages, self.tied = grid, len(layers), model.head is None
+        self.vocab = model.cfg.vocab  # V: the logits' columns past it are padding
         chunks: list[Stage] = []
         for c in range(len(layers) // p):
             s = stage_of(r, c, p)

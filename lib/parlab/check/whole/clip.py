@@ -11,8 +11,9 @@ largest entry: step 0's gradients on a grid differ from one device's by float32 
 Each grid is called twice: max_norm at twice the norm (nothing may change: the coefficient is
 clamped at 1), then at half the norm.
 
-Grids: visible, 4 ranks, PP 2 × TP 2 (RMSNorms and the embedding whole on both TP ranks, the
-tied embedding on both pipeline ends) and DP 2 × TP 2 + SP (every piece on both replicas);
+Grids: visible, 4 ranks, PP 2 × TP 2 (RMSNorms whole on both TP ranks, the embedding split
+by the vocabulary, the tied embedding on both pipeline ends) and DP 2 × TP 2 + SP (every piece
+on both replicas);
 hidden, 8 ranks DP 2 × PP 2 × TP 2 + SP, and 4 ranks with the MoE variant EP 2 × TP 2 + SP
 (dense tensors on both ep ranks, experts split) and CP 2 × PP 2.
 

@@ -105,7 +105,8 @@ def _consistency(params: list[torch.Tensor], groups: dict, plan: Any, vocab: int
     if plan.tp > 1 and norms and not _same(torch.cat(norms), groups["tp"][1]):
         return "sp"
     if plan.pp > 1 and "tied" in groups:
-        table = [p.detach() for p in params if p.dim() == 2 and p.shape[0] == vocab]
+        rows = (vocab, -(-vocab // plan.tp))  # whole, or one TP rank's vocabulary rows
+        table = [p.detach() for p in params if p.dim() == 2 and p.shape[0] in rows]
         if table and not _same(table[0], groups["tied"][1]):
             return "tied"
     return None
