@@ -170,15 +170,17 @@ IDLE_S = int(setting("IDLE_S", "3600"))
 c.JupyterHub.services = [
     {"name": "idle-culler",
      "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"]},
-    {"name": "gpu-pool",
-     "command": [sys.executable, "-m", "parlab.hub", "watch", "--state",
-                 str(RUN / "gpus.json"), "--every", "60"]},
 ]
 c.JupyterHub.load_roles = [
     {"name": "idle-culler", "services": ["idle-culler"],
      "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
-    {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]},
 ]
+if GPUS:
+    c.JupyterHub.services.append(
+        {"name": "gpu-pool", "command": [sys.executable, "-m", "parlab.hub", "watch",
+                                         "--state", str(RUN / "gpus.json"), "--every", "60"]})
+    c.JupyterHub.load_roles.append(
+        {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]})
 
 # --- 8. What the hub prints when it starts -------------------------------------------------
 print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n"

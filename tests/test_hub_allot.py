@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -217,6 +218,8 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
     assert "--timeout=3600" in services["idle-culler"]["command"]
     roles = {r["name"]: set(r["scopes"]) for r in c.JupyterHub.load_roles}
     assert {"delete:servers", "read:users:activity"} <= roles["idle-culler"]
+    assert services["gpu-pool"]["command"][2:4] == ["parlab.hub", "watch"]
+    assert roles["gpu-pool"] == {"list:users", "read:servers"}
     assert "http://127.0.0.1:8000" in capsys.readouterr().err            # the printed URL
     spawners = [fake_spawner(who) for who in ["alice", "bob", "carol", "dave", "eve"]]
     for s in spawners:
@@ -240,6 +243,9 @@ def test_settings_from_the_environment(tmp_path, monkeypatch, capsys):
     assert c.JupyterHub.bind_url == "http://0.0.0.0:8000"
     assert c.Authenticator.allowed_users == {"ann", "ben", "instructor"}
     assert "--timeout=600" in c.JupyterHub.services[0]["command"]
+    if shutil.which("nvidia-smi") is None:                    # no GPU: no pool to watch
+        no_gpus = load_config(tmp_path / "cpu", monkeypatch, GPUS="")
+        assert [s["name"] for s in no_gpus.JupyterHub.services] == ["idle-culler"]
     s = fake_spawner("ann")
     asyncio.run(c.Spawner.pre_spawn_hook(s))
     assert s.environment["PARLAB_GPUS"] == "0,1,2,3"
