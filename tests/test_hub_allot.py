@@ -167,14 +167,16 @@ def test_hooks_make_the_workspace_and_pass_the_gpus(tmp_path):
     home = tmp_path / "users" / "alice"
     assert alice.notebook_dir == str(home) and (home / "01_b" / "01_b.ipynb").exists()
     assert alice.environment["PARLAB_GPUS"] == "0,1" and alice.environment["A"] == "1"
-    assert alice.environment["JUPYTER_CONFIG_PATH"].endswith("autograder/jupyter/learner")
+    assert alice.environment["JUPYTER_CONFIG_PATH"].split(":") == [
+        str(tmp_path / "repo" / "autograder" / "jupyter" / "learner"), str(tmp_path / "repo")]
     (home / "00_a" / "00_a.ipynb").write_text("my answers")
     pre(fake_spawner("alice"))                                  # a restart keeps the work
     assert (home / "00_a" / "00_a.ipynb").read_text() == "my answers"
     teacher = fake_spawner("teacher")
     pre(teacher)
     assert teacher.notebook_dir == str(tmp_path / "repo")
-    assert teacher.environment["JUPYTER_CONFIG_PATH"].endswith("autograder/jupyter/instructor")
+    assert teacher.environment["JUPYTER_CONFIG_PATH"].split(":")[0].endswith(
+        "autograder/jupyter/instructor")
     assert teacher.environment["PARLAB_GPUS"] == "2,3"
     post(alice)
     assert set(gpus.holders()) == {"teacher"}

@@ -139,6 +139,12 @@ from parlab.launch import run
 print("GPUS=" + os.environ["PARLAB_GPUS"], "CWD=" + os.getcwd())
 print("CONFIG=" + os.environ["JUPYTER_CONFIG_PATH"])
 print("RANKS=" + repr(run(lambda: 1, 2)))
+from jupyter_core.paths import jupyter_config_path   # as nbgrader's Validate handler reads it
+from nbgrader.apps import NbGrader
+app = NbGrader()
+app.config_file_paths.append([os.getcwd(), *jupyter_config_path()])
+app.load_config_file()
+print("VALIDATE_TIMEOUT=" + str(app.config.Execute.timeout))
 """
 
 
@@ -176,6 +182,7 @@ def test_a_class_on_the_hub(tmp_path):
         assert "GPUS=0,1,2,3" in outs["alice"] and "RANKS=[1, 1]" in outs["alice"], outs
         assert f"CWD={run / 'users' / 'alice'}" in outs["alice"]
         assert "autograder/jupyter/learner" in outs["alice"]
+        assert "VALIDATE_TIMEOUT=60" in outs["alice"], outs        # the course's, not 30
         assert "GPUS=" in outs["carol"] and "RANKS=[1, 1]" in outs["carol"], outs
         assert "your ranks run on the CPU over gloo" in outs["carol"], outs
         assert (run / "users" / "carol" / "00_collectives" / "00_collectives.ipynb").exists()

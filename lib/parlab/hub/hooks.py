@@ -7,6 +7,8 @@ Before a server starts (`pre_spawn`): a learner's workspace is made as `make lab
 (`parlab.hub.workspace`), the server opens on it with the learner's Jupyter configuration
 (autograder/jupyter/learner/: Validate, no instructor panels); an instructor's opens on the
 course root with the instructor's configuration (formgrader), as `make formgrader` does. The
+course root follows on JUPYTER_CONFIG_PATH: nbgrader (Validate, formgrader) reads its
+nbgrader_config.py from there, as it reads it from the working directory under `make lab`. The
 server takes GPUs from the allotment (`parlab.hub.allot`) and gets them as PARLAB_GPUS; with
 none left it gets CPU ranks over gloo and the line of `parlab.hub.notice`, or waits (the
 plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go back.
@@ -76,7 +78,7 @@ def _prepare(settings: HubSettings, spawner: Any) -> None:
     env.update(settings.extra_env)
     if user in settings.instructors:
         root = settings.course_root
-        env["JUPYTER_CONFIG_PATH"] = str(settings.instructor_jupyter)
+        env["JUPYTER_CONFIG_PATH"] = f"{settings.instructor_jupyter}:{settings.course_root}"
         env["PARLAB_COURSE_ROOT"] = str(root)
     else:
         root = expand(settings.workspaces, user)
@@ -84,7 +86,7 @@ def _prepare(settings: HubSettings, spawner: Any) -> None:
                              owner=user if settings.system_users else None)
         if new:
             spawner.log.info("parlab: new in %s's workspace %s: %s", user, root, ", ".join(new))
-        env["JUPYTER_CONFIG_PATH"] = str(settings.learner_jupyter)
+        env["JUPYTER_CONFIG_PATH"] = f"{settings.learner_jupyter}:{settings.course_root}"
     spawner.environment = env
     spawner.notebook_dir = str(root)
 
