@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -72,6 +73,16 @@ class Hub:
         with urllib.request.urlopen(req, timeout=60) as reply:
             text = reply.read()
         return json.loads(text) if text else None
+
+    def status(self, path: str) -> int:
+        """The HTTP status of GET `path` (through the proxy, with the token)."""
+        req = urllib.request.Request(self.base + path,
+                                     headers={"Authorization": f"token {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as reply:
+                return reply.status
+        except urllib.error.HTTPError as err:
+            return err.code
 
     def wait_ready(self, user: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -186,6 +197,15 @@ def test_a_class_on_the_hub(tmp_path):
         assert "GPUS=" in outs["carol"] and "RANKS=[1, 1]" in outs["carol"], outs
         assert "your ranks run on the CPU over gloo" in outs["carol"], outs
         assert (run / "users" / "carol" / "00_collectives" / "00_collectives.ipynb").exists()
+        # the learner's server: Validate, no formgrader; the instructor's: the formgrader
+        assert hub.status("/user/alice/nbgrader_version?version=0") != 404
+        assert hub.status("/user/alice/formgrader") == 404
+        hub.api("POST", "/hub/api/users/instructor/server")
+        hub.wait_ready("instructor")
+        assert hub.status("/user/instructor/formgrader") == 200
+        assert "instructor" not in json.loads((run / "gpus.json").read_text())["held"]
+        timings["instructor's formgrader"] = time.monotonic() - started
+        hub.api("DELETE", "/hub/api/users/instructor/server")
         hub.api("DELETE", "/hub/api/users/alice/server")
         held = json.loads((run / "gpus.json").read_text())["held"]
         assert held == {"bob": [4, 5, 6, 7]}                      # alice's are back
