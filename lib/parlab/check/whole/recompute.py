@@ -129,7 +129,7 @@ def _learner(fn: Callable[..., Any], policy: str,
     call = f"recompute_forward(layer, x, {policy!r})"
     b, s, h, a = dims
     # at other sizes than the visible test's, a crash is most likely a size written in
-    sizes = None if dims == (B, S, H, A) else SIZES.format(a=a, shape=f"({b}, {s}, {h})")
+    sizes = None if tuple(dims) == (B, S, H, A) else SIZES.format(a=a, shape=f"({b}, {s}, {h})")
 
     def forward(layer: nn.Module, x: Tensor) -> Tensor:
         with warnings.catch_warnings(record=True) as caught:  # torch's, not shown as they are
