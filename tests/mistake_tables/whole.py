@@ -5,8 +5,7 @@ visible run on t = 8 (DP2 x PP2 x TP2 + SP, AdamW) and the hidden one on t = 6 (
 mistakes are marked slow, and its solution is not run here: it passes both runs in
 tests/test_notebooks.py (a), where the course run autogrades the answered notebook. The same
 holds for check_clip_grad_norm (4 ranks visible; 8 and 4 hidden), whose mistakes run its
-visible grids only, and for check_recompute_4_heads, the recompute test's hidden call (its
-solution takes ~7 s; its mistake is caught by the first policy's output)."""
+visible grids only."""
 
 from mistakes import Table
 
@@ -43,7 +42,7 @@ TABLE = Table(
            "check_plan_70b": (1,), "check_clip_grad_norm": (4,), "check_overlapped_ddp_600": (2,),
            "check_recompute_4_heads": (1,)},
     solution_sizes={"check_overlapped_ddp": (2, 4), "check_train_3d": (),
-                    "check_clip_grad_norm": (), "check_recompute_4_heads": ()},
+                    "check_clip_grad_norm": ()},
     where={check: ("rank ", "recompute_forward(", "saved_bytes_formula(", "memory_per_gpu(",
                    "bytes_per_step(", "step ", " × TP 2") for check in CHECKS},
     slow_checks=frozenset({"check_train_3d"}),
