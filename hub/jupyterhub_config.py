@@ -51,7 +51,10 @@ c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 2}"  # the proxy's,
 c.JupyterHub.db_url = f"sqlite:///{RUN / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
 c.JupyterHub.default_url = "/hub/home"
-c.JupyterHub.cleanup_servers = False   # a hub restart leaves learners' servers (and GPUs) be
+# Stopping the hub stops every learner's server (their GPUs go back). KEEP_SERVERS = "1" lets
+# you restart the hub (to change this file) while learners keep working: their servers and
+# GPUs stay, and the restarted hub finds them (and hub/run/gpus.json) as they were.
+c.JupyterHub.cleanup_servers = setting("KEEP_SERVERS", "0") != "1"
 
 # The proxy: configurable-http-proxy, the Python port from PyPI installed by `make hub`
 # (pyproject's [hub] extra); without it, npm's (`npm install -g configurable-http-proxy`).

@@ -215,6 +215,7 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
     assert c.Spawner.cmd[1:3] == ["-m", "parlab.hub.limits"]
     assert c.Spawner.cmd[3].endswith("jupyterhub-singleuser")
     assert c.Spawner.mem_limit == "16G" and c.Spawner.cpu_limit == 4.0
+    assert c.JupyterHub.cleanup_servers is True            # stopping the hub stops servers
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert "jupyterhub_idle_culler" in services["idle-culler"]["command"]
     assert "--timeout=3600" in services["idle-culler"]["command"]
@@ -241,8 +242,9 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
 
 def test_settings_from_the_environment(tmp_path, monkeypatch, capsys):
     c = load_config(tmp_path, monkeypatch, PER_LEARNER="4", WHEN_FULL="wait", IP="0.0.0.0",
-                    LEARNERS="ann,ben", MEM="4G", IDLE_S="600")
+                    LEARNERS="ann,ben", MEM="4G", IDLE_S="600", KEEP_SERVERS="1")
     assert c.JupyterHub.bind_url == "http://0.0.0.0:8000"
+    assert c.JupyterHub.cleanup_servers is False
     assert c.Authenticator.allowed_users == {"ann", "ben", "instructor"}
     assert "--timeout=600" in c.JupyterHub.services[0]["command"]
     if shutil.which("nvidia-smi") is None:                    # no GPU: no pool to watch

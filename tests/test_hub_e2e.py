@@ -35,6 +35,9 @@ pytestmark = [
 ]
 BIN = Path(sys.executable).parent
 LEARNERS = ["alice", "bob", "carol"]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = ROOT / "artifacts" / "hub"
 
 WRAPPER = """
 c = get_config()
@@ -159,21 +162,25 @@ print("VALIDATE_TIMEOUT=" + str(app.config.Execute.timeout))
 """
 
 
-def test_a_class_on_the_hub(tmp_path):
-    run, token, port = tmp_path / "run", secrets.token_hex(16), free_ports(3)
-    wrapper = tmp_path / "jupyterhub_config.py"
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory):
+    """The hub with three learners and an instructor, a fake plan of 8 GPUs, 4 per learner;
+    after the module's tests: stopped, and no process of it left."""
+    tmp = tmp_path_factory.mktemp("hub")
+    run, token, port = tmp / "run", secrets.token_hex(16), free_ports(3)
+    wrapper = tmp / "jupyterhub_config.py"
     wrapper.write_text(WRAPPER.format(config=str(ROOT / "hub" / "jupyterhub_config.py"),
                                       token=token))
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "PARLAB_HUB_RUN": str(run),
            "PARLAB_HUB_PORT": str(port), "PARLAB_HUB_GPUS": "0,1,2,3,4,5,6,7",
            "PARLAB_HUB_PER_LEARNER": "4", "PARLAB_HUB_LEARNERS": ",".join(LEARNERS)}
-    log = open(tmp_path / "hub.log", "w")
+    log = open(tmp / "hub.log", "w")
     started = time.monotonic()
-    hub_proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(wrapper)], cwd=tmp_path,
+    hub_proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(wrapper)], cwd=tmp,
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     hub = Hub(f"http://127.0.0.1:{port}", token)
-    timings = {}
+    hub.run = run
     try:
         for _ in range(120):
             try:
@@ -181,37 +188,8 @@ def test_a_class_on_the_hub(tmp_path):
                 break
             except OSError:
                 time.sleep(0.5)
-        timings["hub up"] = time.monotonic() - started
-        for user in LEARNERS:           # one after the other: the order fixes who gets GPUs
-            hub.api("POST", f"/hub/api/users/{user}/server")
-            hub.wait_ready(user)
-        timings["3 servers up"] = time.monotonic() - started
-        held = json.loads((run / "gpus.json").read_text())["held"]
-        assert held == {"alice": [0, 1, 2, 3], "bob": [4, 5, 6, 7]}
-        outs = {user: hub.execute(user, RUN_TWO) for user in ("alice", "carol")}
-        timings["2 kernels ran 2 ranks"] = time.monotonic() - started
-        assert "GPUS=0,1,2,3" in outs["alice"] and "RANKS=[1, 1]" in outs["alice"], outs
-        assert f"CWD={run / 'users' / 'alice'}" in outs["alice"]
-        assert "autograder/jupyter/learner" in outs["alice"]
-        assert "VALIDATE_TIMEOUT=60" in outs["alice"], outs        # the course's, not 30
-        assert "GPUS=" in outs["carol"] and "RANKS=[1, 1]" in outs["carol"], outs
-        assert "your ranks run on the CPU over gloo" in outs["carol"], outs
-        assert (run / "users" / "carol" / "00_collectives" / "00_collectives.ipynb").exists()
-        # the learner's server: Validate, no formgrader; the instructor's: the formgrader
-        assert hub.status("/user/alice/nbgrader_version?version=0") != 404
-        assert hub.status("/user/alice/formgrader") == 404
-        hub.api("POST", "/hub/api/users/instructor/server")
-        hub.wait_ready("instructor")
-        assert hub.status("/user/instructor/formgrader") == 200
-        assert "instructor" not in json.loads((run / "gpus.json").read_text())["held"]
-        timings["instructor's formgrader"] = time.monotonic() - started
-        hub.api("DELETE", "/hub/api/users/instructor/server")
-        hub.api("DELETE", "/hub/api/users/alice/server")
-        held = json.loads((run / "gpus.json").read_text())["held"]
-        assert held == {"bob": [4, 5, 6, 7]}                      # alice's are back
-        for user in ("bob", "carol"):
-            hub.api("DELETE", f"/hub/api/users/{user}/server")
-        assert json.loads((run / "gpus.json").read_text())["held"] == {}
+        print(f"\nhub up in {time.monotonic() - started:.1f} s")
+        yield hub
     finally:
         hub_proc.send_signal(signal.SIGTERM)
         try:
@@ -220,9 +198,77 @@ def test_a_class_on_the_hub(tmp_path):
             log.close()
             if hub_proc.poll() is None:
                 os.killpg(hub_proc.pid, signal.SIGKILL)
-    timings["hub down"] = time.monotonic() - started
     deadline = time.monotonic() + 15
     while (left := processes_of(run)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"left running after the hub stopped: {left}"
+    assert held(hub) == {}, "the hub stopped servers without returning their GPUs"
+
+
+def held(hub: Hub) -> dict[str, list[int]]:
+    return json.loads((hub.run / "gpus.json").read_text())["held"]
+
+
+def test_a_class_on_the_hub(hub):
+    run, started, timings = hub.run, time.monotonic(), {}
+    for user in LEARNERS:           # one after the other: the order fixes who gets GPUs
+        hub.api("POST", f"/hub/api/users/{user}/server")
+        hub.wait_ready(user)
+    timings["3 servers up"] = time.monotonic() - started
+    assert held(hub) == {"alice": [0, 1, 2, 3], "bob": [4, 5, 6, 7]}
+    outs = {user: hub.execute(user, RUN_TWO) for user in ("alice", "carol")}
+    timings["2 kernels ran 2 ranks"] = time.monotonic() - started
+    assert "GPUS=0,1,2,3" in outs["alice"] and "RANKS=[1, 1]" in outs["alice"], outs
+    assert f"CWD={run / 'users' / 'alice'}" in outs["alice"]
+    assert "autograder/jupyter/learner" in outs["alice"]
+    assert "VALIDATE_TIMEOUT=60" in outs["alice"], outs        # the course's, not 30
+    assert "GPUS=" in outs["carol"] and "RANKS=[1, 1]" in outs["carol"], outs
+    assert "your ranks run on the CPU over gloo" in outs["carol"], outs
+    assert (run / "users" / "carol" / "00_collectives" / "00_collectives.ipynb").exists()
+    # the learner's server: Validate, no formgrader; the instructor's: the formgrader
+    assert hub.status("/user/alice/nbgrader_version?version=0") != 404
+    assert hub.status("/user/alice/formgrader") == 404
+    hub.api("POST", "/hub/api/users/instructor/server")
+    hub.wait_ready("instructor")
+    assert hub.status("/user/instructor/formgrader") == 200
+    timings["instructor's formgrader"] = time.monotonic() - started
+    hub.api("DELETE", "/hub/api/users/instructor/server")
+    hub.api("DELETE", "/hub/api/users/alice/server")
+    assert held(hub) == {"bob": [4, 5, 6, 7]}                       # alice's are back
+    hub.api("DELETE", "/hub/api/users/bob/server")
+    assert held(hub) == {}             # carol's server runs on: the hub's stop must end it
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
+
+
+def test_a_learner_in_a_browser(hub):
+    """Chromium logs in as alice with the learners' password, the hub starts her server
+    (with GPUs again), and her JupyterLab opens a notebook with nbgrader's Validate button;
+    her server is left running for the hub's stop to end."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no {CHROMIUM} (`make browser` installs Debian's)")
+    from playwright.sync_api import expect, sync_playwright
+
+    password = dict(line.split(" ", 1) for line in
+                    (hub.run / "passwords").read_text().splitlines())["learners"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        try:
+            page.goto(hub.base + "/hub/login?next=/hub/spawn")
+            page.fill("#username_input", "alice")
+            page.fill("#password_input", password)
+            page.click("#login_submit")
+            page.wait_for_url("**/user/alice/lab**", timeout=120_000)
+            page.goto(hub.base + "/user/alice/lab/tree/00_collectives/00_collectives.ipynb")
+            expect(page.get_by_role("button", name="Python 3 (ipykernel) | Idle")
+                   ).to_be_visible(timeout=120_000)
+            expect(page.get_by_role("button", name="Validate")).to_be_visible(timeout=60_000)
+            assert page.get_by_text("Formgrader").count() == 0
+            page.screenshot(path=ARTIFACTS / "alice-lab.png")
+        except Exception:
+            page.screenshot(path=ARTIFACTS / "alice-failure.png")
+            raise
+        finally:
+            browser.close()
+    assert held(hub) == {"alice": [0, 1, 2, 3]}
