@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from parlab import comm, launch, tp
+from parlab import comm, costs, launch, tp
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 B, S, HID = 2, 5, 3  # batch, sequence, embedding width
@@ -125,6 +125,6 @@ def test_one_process_is_plain_cross_entropy():
 
 def test_bytes_of_the_logits_against_the_loss():
     b, s, vocab, t = 1, 8192, 128256, 8
-    assert tp.logits_bytes(b, s, vocab) == b * s * vocab * 4
+    assert costs.logits_bytes(b, s, vocab) == b * s * vocab * 4
     assert tp.vocab_parallel_loss_bytes(b, s, t) == 3 * 2 * 7 / 8 * b * s * 4
     assert tp.gathered_logits_bytes(b, s, vocab, t) == 7 / 8 * b * s * vocab * 4

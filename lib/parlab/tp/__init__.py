@@ -40,7 +40,6 @@ from parlab.tp.sequence import (
 from parlab.tp.vocab import (
     VocabParallelEmbedding,
     gathered_logits_bytes,
-    logits_bytes,
     padded_vocab_size,
     vocab_parallel_cross_entropy,
     vocab_parallel_loss_bytes,
@@ -55,6 +54,6 @@ __all__ = [
     "heads_first_qkv", "TPAttention", "TPBlock", "dropout_keep_mask", "hidden_dropout",
     "sequence_parallel_dropout", "allreduce_sequence_parallel_grads", "column_shard", "row_shard",
     "sp_bytes_per_layer", "DropoutBlock", "SPBlock", "VocabParallelEmbedding",
-    "vocab_parallel_cross_entropy", "padded_vocab_size", "vocab_range", "logits_bytes",
+    "vocab_parallel_cross_entropy", "padded_vocab_size", "vocab_range",
     "vocab_parallel_loss_bytes", "gathered_logits_bytes",
 ]

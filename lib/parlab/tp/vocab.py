@@ -27,10 +27,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from parlab.costs.activations import logits_bytes
 from parlab.tp.mappings import reduce_from_tp_region, tp_rank_and_size
 
 __all__ = ["padded_vocab_size", "vocab_range", "VocabParallelEmbedding",
-           "vocab_parallel_cross_entropy", "logits_bytes", "vocab_parallel_loss_bytes",
+           "vocab_parallel_cross_entropy", "vocab_parallel_loss_bytes",
            "gathered_logits_bytes"]
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -167,19 +168,13 @@ def vocab_parallel_cross_entropy(logits_shard: Tensor, target: Tensor,
     return loss.sum() if reduction == "sum" else loss.reshape(target.shape)
 
 
-def logits_bytes(b: int, s: int, vocab: int, *, dtype_bytes: int = 4) -> float:
-    """Bytes of the logits of b sequences of s tokens over a vocabulary V: b·s·V·dtype_bytes
-    (fp32 by default: the loss is computed in fp32)."""
-    return float(b * s * vocab * dtype_bytes)
-
-
 def vocab_parallel_loss_bytes(b: int, s: int, t: int, *, dtype_bytes: int = 4) -> float:
     """Bytes one rank sends for the vocabulary-parallel loss: 3 ring all-reduces of one number
     per token, 3 · 2(t-1)/t · b·s·dtype_bytes."""
     return 3 * 2 * (t - 1) / t * b * s * dtype_bytes
 
 
-def gathered_logits_bytes(b: int, s: int, vocab: int, t: int, *, dtype_bytes: int = 4) -> float:
-    """Bytes one rank sends to all-gather the logits instead, (t-1)/t · b·s·V·dtype_bytes (and
-    every rank then holds all b·s·V of them)."""
-    return (t - 1) / t * logits_bytes(b, s, vocab, dtype_bytes=dtype_bytes)
+def gathered_logits_bytes(b: int, s: int, vocab: int, t: int) -> float:
+    """Bytes one rank sends to all-gather the fp32 logits instead, (t-1)/t · 4·b·s·V (and every
+    rank then holds all b·s·V of them: `parlab.costs.logits_bytes`)."""
+    return (t - 1) / t * logits_bytes(b, s, vocab)
