@@ -104,7 +104,7 @@ hub-gpus: setup
 	$(PY) -m parlab.hub gpus --state hub/run/gpus.json
 
 # The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
-# through its REST API; about 1.5 minutes on 2 cores, so not part of `make test`).
+# through its REST API; a browser login, idle culling; about 2 minutes on 2 cores, so not part of `make test`).
 test-hub: setup $(VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(PY) -m pytest -q tests/test_hub_e2e.py tests/test_hub_allot.py $(PYTEST_ARGS)
 

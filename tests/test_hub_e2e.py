@@ -11,8 +11,10 @@ GPUs; stopping the hub leaves no process of it behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -22,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,24 +52,27 @@ c.JupyterHub.load_roles.append({{"name": "e2e", "services": ["e2e"], "scopes": [
 
 
 def free_ports(count: int) -> int:
-    """A port p with p .. p + count - 1 free (the hub, its API, the proxy's API)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+    """A port p with p .. p + count - 1 free (the hub, its API, the proxy's API), below the
+    ephemeral range, where a client connection could take one between the look and the use."""
+    for _ in range(200):
+        base = random.randrange(20000, 30000)
+        if all(_bindable(base + i) for i in range(count)):
             return base
     raise RuntimeError("no free ports")
 
 
-def _free(port: int) -> bool:
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 class Hub:
-    def __init__(self, base: str, token: str) -> None:
-        self.base, self.token = base, token
+    def __init__(self, base: str, token: str, run: Path) -> None:
+        self.base, self.token, self.run = base, token, run
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -162,27 +168,29 @@ print("VALIDATE_TIMEOUT=" + str(app.config.Execute.timeout))
 """
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory):
-    """The hub with three learners and an instructor, a fake plan of 8 GPUs, 4 per learner;
-    after the module's tests: stopped, and no process of it left."""
-    tmp = tmp_path_factory.mktemp("hub")
+@contextlib.contextmanager
+def running_hub(tmp: Path, **settings: str) -> Iterator[Hub]:
+    """The hub on `tmp` with three learners and an instructor, a fake plan of 8 GPUs, 4 per
+    learner (PARLAB_HUB_<name> settings override); when done: stopped, no process of it
+    left, and every GPU back in the pool."""
     run, token, port = tmp / "run", secrets.token_hex(16), free_ports(3)
     wrapper = tmp / "jupyterhub_config.py"
     wrapper.write_text(WRAPPER.format(config=str(ROOT / "hub" / "jupyterhub_config.py"),
                                       token=token))
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "PARLAB_HUB_RUN": str(run),
-           "PARLAB_HUB_PORT": str(port), "PARLAB_HUB_GPUS": "0,1,2,3,4,5,6,7",
-           "PARLAB_HUB_PER_LEARNER": "4", "PARLAB_HUB_LEARNERS": ",".join(LEARNERS)}
+    given = {"RUN": str(run), "PORT": str(port), "GPUS": "0,1,2,3,4,5,6,7",
+             "PER_LEARNER": "4", "LEARNERS": ",".join(LEARNERS), **settings}
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
+           **{f"PARLAB_HUB_{k}": v for k, v in given.items()}}
     log = open(tmp / "hub.log", "w")
     started = time.monotonic()
     hub_proc = subprocess.Popen([str(BIN / "jupyterhub"), "-f", str(wrapper)], cwd=tmp,
                                 env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    hub = Hub(f"http://127.0.0.1:{port}", token)
-    hub.run = run
+    hub = Hub(f"http://127.0.0.1:{port}", token, run)
     try:
         for _ in range(120):
+            if hub_proc.poll() is not None:
+                raise RuntimeError("the hub exited: " + (tmp / "hub.log").read_text()[-3000:])
             try:
                 hub.api("GET", "/hub/api/")
                 break
@@ -201,8 +209,17 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
     deadline = time.monotonic() + 15
     while (left := processes_of(run)) and time.monotonic() < deadline:
         time.sleep(0.5)
+    for line in left:                   # ours (they name our folder): end them, then fail
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
     assert not left, f"left running after the hub stopped: {left}"
     assert held(hub) == {}, "the hub stopped servers without returning their GPUs"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    with running_hub(tmp_path_factory.mktemp("hub")) as started:
+        yield started
 
 
 def held(hub: Hub) -> dict[str, list[int]]:
@@ -272,3 +289,17 @@ def test_a_learner_in_a_browser(hub):
         finally:
             browser.close()
     assert held(hub) == {"alice": [0, 1, 2, 3]}
+
+
+def test_an_idle_server_is_culled_and_its_gpus_go_back(tmp_path):
+    """jupyterhub-idle-culler, as the configuration starts it, stops a server idle for
+    PARLAB_HUB_IDLE_S seconds (here 10; it looks every 5) and the GPUs return to the pool."""
+    with running_hub(tmp_path, IDLE_S="10") as hub:
+        hub.api("POST", "/hub/api/users/bob/server")
+        hub.wait_ready("bob")
+        assert held(hub) == {"bob": [0, 1, 2, 3]}
+        deadline = time.monotonic() + 90
+        while hub.api("GET", "/hub/api/users/bob")["servers"] and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not hub.api("GET", "/hub/api/users/bob")["servers"], "not culled in 90 s"
+        assert held(hub) == {}
