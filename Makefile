@@ -101,10 +101,11 @@ hub: setup $(VENV)/.hub-installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyterhub -f $(HUB_CONFIG) $(ARGS)
 
 hub-gpus: setup
-	$(PY) -m parlab.hub gpus --state hub/run/gpus.json
+	$(PY) -m parlab.hub gpus --state "$${PARLAB_HUB_RUN:-hub/run}/gpus.json"
 
 # The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
-# through its REST API; a browser login, idle culling; about 2 minutes on 2 cores, so not part of `make test`).
+# through its REST API, a browser login, idle culling; about 2 minutes on 2 cores, so not
+# part of `make test`).
 test-hub: setup $(VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(PY) -m pytest -q tests/test_hub_e2e.py tests/test_hub_allot.py $(PYTEST_ARGS)
 
