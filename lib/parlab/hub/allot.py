@@ -173,7 +173,8 @@ class Allotment:
         taken = {g: who for who, gs in held.items() for g in gs}
         rows = [f"GPU {g}: {taken.get(g, 'free')}" for g in self.plan.gpus]
         seats = self.plan.seats - len(held)
-        rows.append(f"{len(held)} servers hold GPUs ({self.plan.per_learner} each); "
+        rows.append(f"{len(held)} server{' holds' if len(held) == 1 else 's hold'} GPUs "
+                    f"({self.plan.per_learner} each); "
                     f"{max(seats, 0)} more can get some, then "
                     + ("CPU ranks over gloo" if self.plan.when_full == "cpu" else "they wait"))
         return "\n".join(rows)
