@@ -31,6 +31,9 @@ CHECKS = {
         compcheck.check_moe_grads(ns.moe_groups, ns.reduce_moe_grads, timeout=TIMEOUT),
         compcheck.check_moe_grads(ns.moe_groups, ns.reduce_moe_grads, quiet=True,
                                   timeout=TIMEOUT)),
+    # the FP8 exercise: visible then hidden, as its test cell runs (the visible call catches each)
+    "check_fp8": lambda ns, t: (compcheck.check_fp8(ns.precision_costs),
+                                compcheck.check_fp8(ns.precision_costs, quiet=True)),
     "check_sync_gradients": lambda ns, t: (
         capcheck.check_sync_gradients(ns.sync_gradients),
         capcheck.check_sync_gradients(ns.sync_gradients, quiet=True)),
@@ -39,7 +42,7 @@ CHECKS = {
 }
 TABLE = Table(
     module="07_composition",
-    answers=9,
+    answers=10,
     checks=CHECKS,
     sizes={check: (T,) for check in CHECKS},
     # these run exactly as their test cells do, which the course run runs on the solutions
@@ -62,7 +65,10 @@ TABLE = Table(
         "tp_bytes_forward_only", "layer_bytes_forward_only",
         # issue 33: MoE in the grid, the dense and expert data-parallel groups
         "moe_experts_over_dense_group", "moe_expert_mean_over_copies", "moe_skips_none_grads",
-        "moe_dense_over_dp_only", "moe_groups_forget_cp", "moe_groups_tp_outermost"}),
+        "moe_dense_over_dp_only", "moe_groups_forget_cp", "moe_groups_tp_outermost",
+        # issue 33, item 6: what FP8 changes, computed
+        "fp8_reduce_scatters_in_fp8", "fp8_master_weights", "fp8_all_activations_halved",
+        "fp8_bf16_one_byte", "fp8_ring_fraction_forgotten"}),
     refusal="the course's own|parlab.capstone's",
     reexports={
         "wrapped_axis_groups": ("check_axis_groups", """
@@ -114,6 +120,19 @@ TABLE = Table(
                 out = axis_bytes(model, Shape(dp, pp, 1, 1, tp), strategy="ddp",
                                  micro_batch=b, microbatches=m)
                 return {axis: out[axis] for axis in ("tp", "pp", "dp")}
+        """),
+        "wrapped_precision_costs": ("check_fp8", """
+            from parlab import costs
+            def precision_costs(b, s, h, t, d, n_params, *, precision):
+                tp = costs.tp_bytes_by_collective(b, s, h, t, precision=precision)
+                zero3 = costs.fsdp_bytes_by_collective(n_params, d, precision=precision)
+                return {"activations": costs.activation_bytes_per_layer(
+                            b, s, h, 1, t, sp=True, keep_scores=False, precision=precision),
+                        "tp_all_gather": tp["all-gather"],
+                        "tp_reduce_scatter": tp["reduce-scatter"],
+                        "zero3_all_gather": zero3["all-gather"],
+                        "zero3_reduce_scatter": zero3["reduce-scatter"],
+                        "state": 16 * n_params / d}
         """),
         "wrapped_train": ("check_capstone", """
             def train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None):

@@ -4,8 +4,9 @@ While a learner's function runs, the course's own answer refuses to run, with
 `parlab.errors.reference_message(...)`, the message a bare re-export gets too:
 
 - the rank grid (exercise 1): `parlab.mesh` and the planner (`grid_references`);
-- the formulas (exercises 2 and 3: bytes per axis, state per GPU, micro-batches): every function
-  of `parlab.costs`, `parlab.plan` and `parlab.mesh` (`formula_references`). These exercises
+- the formulas (exercises 2 and 3 and the FP8 exercise: bytes per axis, state per GPU,
+  micro-batches, FP8's bytes): every function of `parlab.costs`, `parlab.plan` and
+  `parlab.mesh` (`formula_references`). These exercises
   allow plain arithmetic, `math` and `fractions`, nothing of parlab's;
 - the capstone (exercise 4) adds `parlab.capstone`'s own loop and pieces (`parlab.check.capstone`).
 """
@@ -27,7 +28,8 @@ KEYS = {"axis_groups": "composition.axis_groups", "build_groups": "composition.b
         "placement": "composition.placement", "fit_state": "composition.fit_state",
         "tp_vs_pp": "composition.tp_vs_pp", "sync_gradients": "capstone.sync_gradients",
         "moe_groups": "composition.moe_groups", "moe_grads": "composition.moe_grads",
-        "capstone": "capstone.train_dp_tp"}  # exercise keys for parlab.check.exercise
+        "capstone": "capstone.train_dp_tp",
+        "fp8": "composition.fp8"}  # exercise keys for parlab.check.exercise
 GRIDS: list[tuple[int, dict[str, int]]] = [  # (world_size, sizes): the visible check uses 2
     (8, {"dp": 2, "pp": 2, "tp": 2}), (4, {"dp": 2, "tp": 2}),
     (12, {"dp": 3, "pp": 2, "tp": 2}), (16, {"dp": 2, "pp": 2, "ep": 2, "tp": 2}),
@@ -55,13 +57,14 @@ def _defined_in(module: types.ModuleType) -> list[Callable[..., Any]]:
 def formula_references() -> list[Callable[..., Any]]:
     """Every function of parlab.costs, parlab.plan (costs, planner) and parlab.moe.costs, and
     the grid's: an answer that calls one of them computes nothing itself."""
-    from parlab.costs import activations, closed_forms, memory, roofline
+    from parlab.costs import activations, closed_forms, memory, precision, roofline
     from parlab.cp import layout
     from parlab.moe import costs as moe_costs
     from parlab.plan import costs as plan_costs
     from parlab.plan import planner
 
     found = grid_references()
-    for module in (closed_forms, memory, activations, roofline, plan_costs, planner, moe_costs):
+    for module in (closed_forms, memory, activations, precision, roofline, plan_costs, planner,
+                   moe_costs):
         found += [f for f in _defined_in(module) if f not in found]
     return found + [layout.block_bytes]
