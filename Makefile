@@ -89,10 +89,10 @@ formgrader: setup
 	$(call WITH_JUPYTER,$(INSTRUCTOR_JUPYTER)) PARLAB_COURSE_ROOT=$(abspath $(COURSE_ROOT)) \
 	  $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(abspath $(COURSE_ROOT)) $(ROOT_FLAG) $(ARGS)
 
-# A class on one (GPU) box through JupyterHub: hub/jupyterhub_config.py, read top to bottom,
-# is the whole configuration (a trial on 127.0.0.1 as shipped; hub/README.md). Its packages
+# A class on one (GPU) box through JupyterHub: autograder/hub/jupyterhub_config.py, read top to bottom,
+# is the whole configuration (a trial on 127.0.0.1 as shipped; autograder/hub/README.md). Its packages
 # come from pyproject's [hub] extra. `make hub-gpus`: who holds which GPUs.
-HUB_CONFIG ?= hub/jupyterhub_config.py
+HUB_CONFIG ?= autograder/hub/jupyterhub_config.py
 $(VENV)/.hub-installed: $(VENV)/.installed pyproject.toml
 	$(PIP) -e ".[hub]"
 	@touch $@
@@ -101,7 +101,7 @@ hub: setup $(VENV)/.hub-installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyterhub -f $(HUB_CONFIG) $(ARGS)
 
 hub-gpus: setup
-	$(PY) -m parlab.hub gpus --state "$${PARLAB_HUB_RUN:-hub/run}/gpus.json"
+	$(PY) -m parlab.hub gpus --state "$${PARLAB_HUB_RUN:-autograder/hub/run}/gpus.json"
 
 # The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
 # through its REST API, a browser login, idle culling; about 2 minutes on 2 cores, so not

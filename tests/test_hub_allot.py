@@ -197,7 +197,7 @@ def test_the_wait_hook_is_awaited_by_the_hub(tmp_path):
 def load_config(tmp_path: Path, monkeypatch, **env: str) -> Config:
     for name, value in {"RUN": str(tmp_path / "run"), "GPUS": "0,1,2,3,4,5,6,7", **env}.items():
         monkeypatch.setenv(f"PARLAB_HUB_{name}", value)
-    path = ROOT / "hub" / "jupyterhub_config.py"
+    path = ROOT / "autograder" / "hub" / "jupyterhub_config.py"
     c = Config()
     exec(compile(path.read_text(), str(path), "exec"),  # noqa: S102 - as JupyterHub loads it
          {"get_config": lambda: c, "__file__": str(path), "__name__": "jupyterhub_config"})
@@ -234,8 +234,9 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
     c.Spawner.post_stop_hook(spawners[0])
     assert "alice" not in Allotment.from_file(tmp_path / "run" / "gpus.json").holders()
     # every PARLAB_HUB_ setting the READMEs name is one the configuration reads
-    said = (ROOT / "hub" / "README.md").read_text() + (ROOT / "README.md").read_text()
-    read = (ROOT / "hub" / "jupyterhub_config.py").read_text()
+    hub = ROOT / "autograder" / "hub"
+    said = (hub / "README.md").read_text() + (ROOT / "README.md").read_text()
+    read = (hub / "jupyterhub_config.py").read_text()
     named = set(re.findall(r"PARLAB_HUB_([A-Z_]+)", said))
     assert named and all(f'setting("{n}"' in read for n in named), named
 

@@ -1,5 +1,5 @@
-"""`make hub` for real on this machine: JupyterHub with hub/jupyterhub_config.py, three local
-learners and an instructor, driven through the hub's REST API (no browser).
+"""`make hub` for real on this machine: JupyterHub with autograder/hub/jupyterhub_config.py,
+three local learners and an instructor, driven through the hub's REST API (no browser).
 
 About a minute on 2 cores, so not part of `make test`: `make test-hub` installs the [hub]
 extra and runs it (PARLAB_TEST_HUB=1). A fake plan of 8 GPUs, 4 per learner: alice and bob
@@ -175,8 +175,8 @@ def running_hub(tmp: Path, **settings: str) -> Iterator[Hub]:
     left, and every GPU back in the pool."""
     run, token, port = tmp / "run", secrets.token_hex(16), free_ports(3)
     wrapper = tmp / "jupyterhub_config.py"
-    wrapper.write_text(WRAPPER.format(config=str(ROOT / "hub" / "jupyterhub_config.py"),
-                                      token=token))
+    config = ROOT / "autograder" / "hub" / "jupyterhub_config.py"
+    wrapper.write_text(WRAPPER.format(config=str(config), token=token))
     given = {"RUN": str(run), "PORT": str(port), "GPUS": "0,1,2,3,4,5,6,7",
              "PER_LEARNER": "4", "LEARNERS": ",".join(LEARNERS), **settings}
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",

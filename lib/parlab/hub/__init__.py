@@ -1,4 +1,5 @@
-"""The course on a shared GPU box through JupyterHub (`make hub`, hub/jupyterhub_config.py).
+"""The course on a shared GPU box through JupyterHub (`make hub`,
+autograder/hub/jupyterhub_config.py).
 
 - `allot`: the GPU allotment, a disjoint set of GPUs per learner's server from the
   instructor's plan, kept in a locked JSON file (`Plan`, `Allotment`).

@@ -1,12 +1,12 @@
 """Commands for the hub's GPU allotment (the state file of `parlab.hub.allot`).
 
-    python -m parlab.hub gpus  [--state hub/run/gpus.json]   # who holds which GPUs
+    python -m parlab.hub gpus  [--state autograder/hub/run/gpus.json]   # who holds which GPUs
     python -m parlab.hub free NAME [--state ...]             # give NAME's GPUs back by hand
     python -m parlab.hub watch [--every 60]                  # the hub's gpu-pool service
 
-`watch` runs as a JupyterHub service (hub/jupyterhub_config.py): every `--every` seconds it
-asks the hub's REST API which servers are active (running or starting) and returns to the
-pool the GPUs of any other holder: a server that died while the hub was down, or one whose
+`watch` runs as a JupyterHub service (autograder/hub/jupyterhub_config.py): every `--every`
+seconds it asks the hub's REST API which servers are active (running or starting) and returns
+to the pool the GPUs of any other holder: a server that died while the hub was down, or one whose
 stop hook never ran. The hub stops it with itself; should the hub die first, it ends too.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from parlab.hub.allot import Allotment
 
-DEFAULT_STATE = os.environ.get("PARLAB_HUB_STATE", "hub/run/gpus.json")
+DEFAULT_STATE = os.environ.get("PARLAB_HUB_STATE", "autograder/hub/run/gpus.json")
 
 
 def active_servers(users: Iterable[dict[str, Any]]) -> list[str]:

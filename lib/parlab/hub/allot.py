@@ -1,7 +1,7 @@
 """The GPU allotment of a shared box: each learner's server gets a disjoint set of GPUs.
 
     plan = Plan(gpus=range(8), per_learner=2)               # the instructor's plan
-    pool = Allotment("hub/run/gpus.json", plan)
+    pool = Allotment("autograder/hub/run/gpus.json", plan)
     pool.take("alice")        # [0, 1]  -> the server starts with PARLAB_GPUS=0,1
     pool.take("eve")          # []      -> all held: CPU ranks over gloo (when_full="cpu")
     pool.give_back("alice")   # [0, 1]  -> back in the pool (server stopped or culled idle)

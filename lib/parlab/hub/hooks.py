@@ -1,6 +1,6 @@
 """The hub's spawn hooks: a learner's workspace, Jupyter configuration and GPUs.
 
-    settings = HubSettings(course_root=ROOT, workspaces=ROOT / "hub/run/users/{user}", ...)
+    settings = HubSettings(course_root=ROOT, workspaces=str(RUN / "users/{user}"), ...)
     c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(settings)
 
 Before a server starts (`pre_spawn`): a learner's workspace is made as `make lab` makes it
@@ -33,7 +33,7 @@ __all__ = ["HubSettings", "make_hooks", "gpu_environment", "server_key"]
 
 @dataclass
 class HubSettings:
-    """What the hooks need from the hub's configuration file (hub/jupyterhub_config.py)."""
+    """What the hooks need from the hub's configuration (autograder/hub/jupyterhub_config.py)."""
 
     course_root: Path                      # the repository: course/, nbgrader_config.py
     workspaces: str                        # a learner's workspace, "{user}" filled in

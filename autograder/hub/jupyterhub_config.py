@@ -7,8 +7,9 @@
 # platform and TLS. The settings at the top can also be given as environment variables
 # (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set them.
 #
-# Files it keeps (git-ignored): hub/run/ - the hub's database and cookie secret, the trial's
-# passwords, the GPU allotment (gpus.json) and the trial learners' workspaces (users/<name>/).
+# Files it keeps (git-ignored): autograder/hub/run/ - the hub's database and cookie secret,
+# the trial's passwords, the GPU allotment (gpus.json), the trial learners' workspaces
+# (users/<name>/) and, under the system's users, nbgrader's exchange (exchange/).
 # ruff: noqa: F821  (`get_config` is given by JupyterHub when it loads this file)
 
 import os
@@ -31,8 +32,8 @@ def names(text):
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
-ROOT = Path(__file__).resolve().parent.parent          # the repository (course/, solutions/)
-RUN = Path(setting("RUN", str(ROOT / "hub" / "run")))  # the hub's own files
+ROOT = Path(__file__).resolve().parents[2]        # the repository (course/, solutions/)
+RUN = Path(setting("RUN", str(ROOT / "autograder" / "hub" / "run")))  # the hub's own files
 RUN.mkdir(parents=True, exist_ok=True)
 BIN = Path(sys.executable).parent                      # the venv `make hub` installed into
 
@@ -53,7 +54,7 @@ c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
 c.JupyterHub.default_url = "/hub/home"
 # Stopping the hub stops every learner's server (their GPUs go back). KEEP_SERVERS = "1" lets
 # you restart the hub (to change this file) while learners keep working: their servers and
-# GPUs stay, and the restarted hub finds them (and hub/run/gpus.json) as they were.
+# GPUs stay, and the restarted hub finds them (and run/gpus.json) as they were.
 c.JupyterHub.cleanup_servers = setting("KEEP_SERVERS", "0") != "1"
 
 # The proxy: configurable-http-proxy, the Python port from PyPI installed by `make hub`
@@ -65,7 +66,7 @@ c.ConfigurableHTTPProxy.command = [str(PROXY) if PROXY.exists()
 # --- 3. How they log in: the trial ---------------------------------------------------------
 # SharedPasswordAuthenticator: a learner of LEARNERS logs in with their name and the
 # learners' password; an instructor with the instructors' password. Both are made once,
-# kept in hub/run/passwords (readable by you alone) and printed when the hub starts.
+# kept in autograder/hub/run/passwords (readable by you alone) and printed when the hub starts.
 c.JupyterHub.authenticator_class = "shared-password"
 c.Authenticator.allowed_users = set(LEARNERS) | set(INSTRUCTORS)
 c.Authenticator.admin_users = set(INSTRUCTORS)
