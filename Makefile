@@ -103,11 +103,40 @@ hub: setup $(VENV)/.hub-installed
 hub-gpus: setup
 	$(PY) -m parlab.hub gpus --state "$${PARLAB_HUB_RUN:-autograder/hub/run}/gpus.json"
 
+# nbgrader's exchange under the hub with the system's users (autograder/hub/README.md, "The
+# exchange"), as root, in this order: hub-release MODULE=.. (course/<module> to the learners'
+# Assignments tab), hub-collect MODULE=.. (their submissions into submitted/<student>/<module>/,
+# what `make autograde` reads), then `make autograde` and `make feedback` as always, and
+# hub-return MODULE=.. (the feedback back to them). Each runs nbgrader with the course's
+# configuration and autograder/hub/exchange/ (the exchange's root and course id).
+HUB_NBGRADER = cd autograder && $(call WITH_JUPYTER,$(CURDIR)/autograder/hub/exchange) $(abspath $(VENV))/bin/nbgrader
+define HUB_EXCHANGE
+@test -n "$(MODULE)" || { echo "make $@ needs MODULE=<module>, e.g. MODULE=00_collectives"; exit 2; }
+@test -d course/$(MODULE) || { echo "make $@: no module course/$(MODULE) (ls course/)"; exit 2; }
+@$(PY) -m parlab.hub exchange
+endef
+.PHONY: hub-release hub-collect hub-return
+hub-release: setup
+	$(HUB_EXCHANGE)
+	$(HUB_NBGRADER) release_assignment $(MODULE) --force
+hub-collect: setup
+	$(HUB_EXCHANGE)
+	$(HUB_NBGRADER) collect $(MODULE) --update
+hub-return: setup
+	$(HUB_EXCHANGE)
+	$(HUB_NBGRADER) release_feedback $(MODULE)
+
 # The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
-# through its REST API, a browser login, idle culling; about 2 minutes on 2 cores, so not
-# part of `make test`).
-test-hub: setup $(VENV)/.hub-installed
-	PARLAB_TEST_HUB=1 $(PY) -m pytest -q tests/test_hub_e2e.py tests/test_hub_allot.py $(PYTEST_ARGS)
+# through its REST API, a browser login, idle culling; tests/test_hub_exchange.py: the same as
+# the box's own Unix users, as root, through nbgrader's exchange; about 4 minutes on 2 cores,
+# so not part of `make test`). Servers run as other users, who cannot run a venv made from a
+# Python under /root: the test's venv, .venv-hub, is made from /usr/bin/python3.
+HUB_TEST_VENV ?= .venv-hub
+HUB_TEST_PYTHON ?= /usr/bin/python3
+test-hub:
+	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
+	PARLAB_TEST_HUB=1 $(HUB_TEST_VENV)/bin/python -m pytest -q tests/test_hub_e2e.py \
+	  tests/test_hub_exchange.py tests/test_hub_allot.py $(PYTEST_ARGS)
 
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from parlab.hub import Allotment, HubSettings, Plan, make_hooks
+from parlab.hub.exchange import ExchangeProblem, cannot_reach, prepare_exchange
 
 c = get_config()  # noqa: F821
 
@@ -82,8 +83,8 @@ c.SharedPasswordAuthenticator.admin_password = _pw["instructors"]
 # THE REAL THING (a): the system's users. Each learner is a Unix account on the box
 # (`adduser alice`); the hub runs as root and starts each server as its learner, whose
 # workspace ~alice/parlab is theirs alone (chmod 700). Set SYSTEM_USERS = True and:
-#   c.JupyterHub.authenticator_class = "pam"
 #   c.JupyterHub.bind_url = "https://0.0.0.0:443"            # with (c) below
+# and learners log in with their Unix password (PAM, set below); nbgrader's exchange is on (6).
 # THE REAL THING (b): a login from your learning platform, instead of PAM:
 #   LTI 1.3 (Moodle, Canvas, Blackboard): pip install jupyterhub-ltiauthenticator
 #     c.JupyterHub.authenticator_class = "ltiauthenticator.lti13.auth.LTI13Authenticator"
@@ -102,6 +103,23 @@ c.SharedPasswordAuthenticator.admin_password = _pw["instructors"]
 #   c.JupyterHub.ssl_cert = "/etc/letsencrypt/live/lab.example.edu/fullchain.pem"
 #   c.JupyterHub.ssl_key = "/etc/letsencrypt/live/lab.example.edu/privkey.pem"
 SYSTEM_USERS = setting("SYSTEM_USERS", "0") == "1"
+if SYSTEM_USERS:
+    c.JupyterHub.authenticator_class = "pam"
+    # Every learner's server runs this venv's Python as the learner: a venv made from a
+    # Python under /root (pyenv) cannot be run by anyone else. Refuse it now, not at spawn.
+    why = (("the hub starts servers as other users only as root: sudo make hub ..."
+            if os.getuid() != 0 else None)
+           or cannot_reach(sys.executable, execute=True)
+           or cannot_reach(ROOT / "lib" / "parlab" / "__init__.py"))
+    if why:
+        sys.exit(f"PARLAB_HUB_SYSTEM_USERS=1: learners cannot use this hub's files: {why}. "
+                 "Make a venv every user can run, from a system Python, in a folder they "
+                 "can read: `sudo make hub VENV=.venv-hub PYTHON=/usr/bin/python3 "
+                 "PARLAB_HUB_SYSTEM_USERS=1` in a checkout outside /root "
+                 "(autograder/hub/README.md)")
+    _db = RUN / "jupyterhub.sqlite"                  # readable by the hub (root) alone
+    _db.touch(mode=0o600)
+    _db.chmod(0o600)
 
 # --- 4. Their servers: a workspace, the learner's JupyterLab, the course's kernel ----------
 # Each learner's JupyterLab opens on their own workspace, made as `make lab` makes it (a copy
@@ -148,11 +166,33 @@ WHEN_FULL = setting("WHEN_FULL", "cpu")
 WAIT_S = float(setting("WAIT_S", "600"))
 ALLOTMENT = Allotment(RUN / "gpus.json", Plan(GPUS, PER_LEARNER, when_full=WHEN_FULL))
 
+# --- 6. nbgrader's exchange: release, fetch, submit, collect, feedback ----------------------
+# Under the system's users only: nbgrader names a student by their Unix account, and the
+# trial runs every learner as one, so there it is off (modules come from course/ into each
+# workspace, submissions through `make collect FROM=<folder>`). With it, each learner's
+# workspace starts empty, the learner's JupyterLab shows nbgrader's Assignments tab
+# (autograder/hub/jupyter/learner/), and every server reads
+# autograder/hub/exchange/nbgrader_config.py: the exchange root EXCHANGE, the course COURSE_ID,
+# and a submit that makes each submission its learner's alone (parlab.hub.exchange). Root
+# makes the exchange's folders here: root 1777, inbound 3733 (nobody lists it or renames
+# another's submission), outbound 755, feedback 711. The instructor, as root:
+# `sudo make hub-release MODULE=00_collectives`, `hub-collect`, `autograde`, `feedback`,
+# `hub-return` (autograder/hub/README.md, "The exchange").
+EXCHANGE = Path(setting("EXCHANGE", str(RUN / "exchange"))).resolve()
+COURSE_ID = setting("COURSE_ID", "parlab")
+if SYSTEM_USERS:
+    try:
+        prepare_exchange(EXCHANGE, COURSE_ID)
+    except ExchangeProblem as exc:
+        sys.exit(f"nbgrader's exchange: {exc}")
+    os.environ["PARLAB_HUB_EXCHANGE"], os.environ["PARLAB_HUB_COURSE_ID"] = str(EXCHANGE), COURSE_ID
+
 c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
     course_root=ROOT, workspaces=WORKSPACES, instructors=frozenset(INSTRUCTORS),
-    allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS))
+    allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS,
+    exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID))
 
-# --- 6. Limits per learner's server --------------------------------------------------------
+# --- 7. Limits per learner's server --------------------------------------------------------
 # JupyterHub hands mem_limit and cpu_limit to the server (MEM_LIMIT, CPU_LIMIT); the local
 # spawners above do not enforce them, so the server starts through `parlab.hub.limits`, which
 # sets a memory limit per process (RLIMIT_AS; not on GPU servers: CUDA reserves more address
@@ -167,7 +207,7 @@ c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
 c.Spawner.mem_limit = setting("MEM", "16G")
 c.Spawner.cpu_limit = float(setting("CPUS", "4"))
 
-# --- 7. Services: idle culling and the GPU pool --------------------------------------------
+# --- 8. Services: idle culling and the GPU pool --------------------------------------------
 # jupyterhub-idle-culler stops a server idle for IDLE_S seconds (its GPUs go back); the
 # gpu-pool service returns the GPUs of servers that ended while the hub was not looking.
 IDLE_S = int(setting("IDLE_S", "3600"))
@@ -186,10 +226,15 @@ if GPUS:
     c.JupyterHub.load_roles.append(
         {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]})
 
-# --- 8. What the hub prints when it starts -------------------------------------------------
-print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n"
-      f"  learners ({', '.join(LEARNERS)}): password {_pw['learners']}\n"
-      f"  instructors ({', '.join(INSTRUCTORS)}): password {_pw['instructors']}\n"
-      f"  (kept in {PASSWORDS}; add learners with PARLAB_HUB_LEARNERS=a,b,c)\n"
+# --- 9. What the hub prints when it starts -------------------------------------------------
+LOGINS = (f"  learners ({', '.join(LEARNERS)}) and instructors ({', '.join(INSTRUCTORS)}) log "
+          "in with their Unix passwords\n"
+          f"nbgrader's exchange: {EXCHANGE}, course {COURSE_ID}\n" if SYSTEM_USERS else
+          f"  learners ({', '.join(LEARNERS)}): password {_pw['learners']}\n"
+          f"  instructors ({', '.join(INSTRUCTORS)}): password {_pw['instructors']}\n"
+          f"  (kept in {PASSWORDS}; add learners with PARLAB_HUB_LEARNERS=a,b,c)\n"
+          "nbgrader's exchange: off in the trial (every learner is one Unix user here, and "
+          "nbgrader names a student by theirs): PARLAB_HUB_SYSTEM_USERS=1 turns it on\n")
+print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}"
       f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}. "
       "Stop it with Ctrl-C.\n", file=sys.stderr, flush=True)

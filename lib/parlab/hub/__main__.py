@@ -3,6 +3,7 @@
     python -m parlab.hub gpus  [--state autograder/hub/run/gpus.json]   # who holds which GPUs
     python -m parlab.hub free NAME [--state ...]             # give NAME's GPUs back by hand
     python -m parlab.hub watch [--every 60]                  # the hub's gpu-pool service
+    python -m parlab.hub exchange     # as root: nbgrader's exchange made private (make hub-*)
 
 `watch` runs as a JupyterHub service (autograder/hub/jupyterhub_config.py): every `--every`
 seconds it asks the hub's REST API which servers are active (running or starting) and returns
@@ -22,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from parlab.hub.allot import Allotment
+from parlab.hub.exchange import ExchangeProblem, exchange_settings, prepare_exchange
 
 DEFAULT_STATE = os.environ.get("PARLAB_HUB_STATE", "autograder/hub/run/gpus.json")
 
@@ -56,11 +58,13 @@ def _hub_users() -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab.hub", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["gpus", "free", "watch"])
+    parser.add_argument("command", choices=["gpus", "free", "watch", "exchange"])
     parser.add_argument("name", nargs="?", help="free: whose GPUs to give back")
     parser.add_argument("--state", default=DEFAULT_STATE, help="the allotment's JSON file")
     parser.add_argument("--every", type=float, default=60.0, help="watch: seconds between looks")
     args = parser.parse_args(argv)
+    if args.command == "exchange":
+        return _exchange()
     pool = Allotment.from_file(args.state)
     if args.command == "gpus":
         print(pool.table() if pool.plan.gpus else f"no GPU plan in {args.state} (no hub yet, "
@@ -71,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.name} gave back GPUs {pool.give_back(args.name)}")
     else:
         watch(pool, every=args.every)
+    return 0
+
+
+def _exchange() -> int:
+    """Make (as root) nbgrader's exchange with the hub's modes, before the make targets that
+    release, collect and return through it; say where it is."""
+    root, course = exchange_settings()
+    try:
+        prepare_exchange(root, course)
+    except ExchangeProblem as exc:
+        print(f"nbgrader's exchange: {exc}", file=sys.stderr)
+        return 2
+    print(f"nbgrader's exchange: {root}, course {course}")
     return 0
 
 

@@ -12,6 +12,10 @@ nbgrader_config.py from there, as it reads it from the working directory under `
 server takes GPUs from the allotment (`parlab.hub.allot`) and gets them as PARLAB_GPUS; with
 none left it gets CPU ranks over gloo and the line of `parlab.hub.notice`, or waits (the
 plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go back.
+With `exchange` (the system's users only: nbgrader names a student by their Unix account) a
+learner's workspace starts empty and modules arrive through nbgrader's exchange, from the
+Assignments tab of the hub's learner configuration (autograder/hub/jupyter/learner/); every
+server reads autograder/hub/exchange/nbgrader_config.py (`parlab.hub.exchange`).
 The hooks read only what every JupyterHub spawner has (user.name, name, environment,
 notebook_dir, log): nothing here imports JupyterHub.
 """
@@ -41,7 +45,15 @@ class HubSettings:
     allotment: Allotment | None = None     # None: no GPUs on this box
     wait_s: float = 600.0                  # under when_full="wait", how long a spawn waits
     system_users: bool = False             # workspaces owned by the system user of that name
+    exchange: Path | None = None           # nbgrader's exchange root (system users only)
+    course_id: str = "parlab"              # the course's name in the exchange
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.exchange is not None and not self.system_users:
+            raise ValueError("nbgrader's exchange needs the system's users "
+                             "(PARLAB_HUB_SYSTEM_USERS=1): it names the student by the Unix "
+                             "account, and the trial runs every learner as one")
 
     @property
     def learner_jupyter(self) -> Path:
@@ -50,6 +62,18 @@ class HubSettings:
     @property
     def instructor_jupyter(self) -> Path:
         return self.course_root / "autograder" / "jupyter" / "instructor"
+
+    def config_path(self, instructor: bool) -> str:
+        """A server's JUPYTER_CONFIG_PATH: its Jupyter configuration, the exchange's nbgrader
+        configuration (with an exchange), the course root (its nbgrader_config.py)."""
+        hub = self.course_root / "autograder" / "hub"
+        if instructor:
+            paths = [self.instructor_jupyter]
+        else:
+            paths = [hub / "jupyter" / "learner" if self.exchange else self.learner_jupyter]
+        if self.exchange is not None:
+            paths.append(hub / "exchange")
+        return ":".join(map(str, [*paths, self.course_root]))
 
 
 def server_key(spawner: Any) -> str:
@@ -76,17 +100,22 @@ def _prepare(settings: HubSettings, spawner: Any) -> None:
     user = spawner.user.name
     env = dict(spawner.environment)
     env.update(settings.extra_env)
-    if user in settings.instructors:
+    if settings.exchange is not None:
+        env["PARLAB_HUB_EXCHANGE"] = str(settings.exchange)
+        env["PARLAB_HUB_COURSE_ID"] = settings.course_id
+    instructor = user in settings.instructors
+    env["JUPYTER_CONFIG_PATH"] = settings.config_path(instructor)
+    if instructor:
         root = settings.course_root
-        env["JUPYTER_CONFIG_PATH"] = f"{settings.instructor_jupyter}:{settings.course_root}"
         env["PARLAB_COURSE_ROOT"] = str(root)
     else:
         root = expand(settings.workspaces, user)
         new = make_workspace(settings.course_root / "course", root,
-                             owner=user if settings.system_users else None)
+                             owner=user if settings.system_users else None,
+                             copy=settings.exchange is None)
+        env["PARLAB_HUB_WORKSPACE"] = str(root)   # where Fetch puts a module (the exchange)
         if new:
             spawner.log.info("parlab: new in %s's workspace %s: %s", user, root, ", ".join(new))
-        env["JUPYTER_CONFIG_PATH"] = f"{settings.learner_jupyter}:{settings.course_root}"
     spawner.environment = env
     spawner.notebook_dir = str(root)
 

@@ -3,7 +3,8 @@
 Every module of course/ the workspace lacks is copied in; one already there is never touched
 (a learner's answers stay; a newer release is carried over with `make update`). With `owner`
 (the hub running as root for the system's users) the copies are given to that user and made
-readable by them alone.
+readable by them alone. Without `copy` (the hub with nbgrader's exchange) only the folder is
+made: the modules come through the exchange (the Assignments tab's Fetch).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ __all__ = ["make_workspace"]
 
 
 def make_workspace(course: str | os.PathLike[str], dest: str | os.PathLike[str], *,
-                   owner: str | None = None) -> list[str]:
+                   owner: str | None = None, copy: bool = True) -> list[str]:
     """Copy into `dest` every module folder of `course` it lacks; the modules copied."""
     course, dest = Path(course), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    new = []
-    for module in sorted(p for p in course.iterdir() if p.is_dir() and p.name[:2].isdigit()):
+    new: list[str] = []
+    modules = course.iterdir() if copy else []
+    for module in sorted(p for p in modules if p.is_dir() and p.name[:2].isdigit()):
         if not (dest / module.name).exists():
             shutil.copytree(module, dest / module.name)
             new.append(module.name)

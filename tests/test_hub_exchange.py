@@ -1,0 +1,264 @@
+"""nbgrader's exchange through the hub, as the box's own Unix users (`make test-hub`, as root).
+
+The hub with PARLAB_HUB_SYSTEM_USERS=1: three learners and an instructor made by the test
+(plt-alice, plt-bob, plt-carol, plt-teacher; removed at the end, even on failure), PAM logins,
+each server as its learner. The instructor releases 00_collectives from the shell as root
+(`make hub-release`); each learner fetches it through the Assignments tab's HTTP API (alice
+in Chromium, clicking Fetch), runs a visible test in their own kernel, and submits; the
+instructor collects (`make hub-collect`), autogrades and makes feedback (parlab.grading's CLI,
+as `make autograde` and `make feedback` call it) and returns it (`make hub-return`); bob
+fetches his feedback, which has no hidden test. In alice's own kernel, bob's workspace, his
+submission and cached copy, the inbound folder's listing and the course folder's name are out
+of reach (PermissionError). The GPU allotment of a fake 8 GPUs: two learners get 4 each, the
+third CPU ranks. Stopping the hub leaves no process (test_hub_e2e.running_hub checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+from test_hub_e2e import CHROMIUM, CHROMIUM_ARGS, Hub, held, running_hub
+
+from parlab.grading.fake import fake_submission
+from parlab.grading.runner import generate_release
+from parlab.grading.sandbox import problem as sandbox_problem
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("PARLAB_TEST_HUB") != "1",
+                       reason="the hub's end-to-end tests run with `make test-hub`"),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                       reason="needs root and useradd: the test makes Unix users"),
+]
+MODULE, COURSE = "00_collectives", "parlab"
+LEARNERS = ["plt-alice", "plt-bob", "plt-carol"]
+TEACHER = "plt-teacher"
+PASSWORD = "plt-Pass-4-hub-test"
+ARTIFACTS = ROOT / "artifacts" / "hub"
+
+
+@contextlib.contextmanager
+def unix_users(names: list[str]) -> Iterator[None]:
+    """Local accounts with homes and PASSWORD; at the end their processes ended (by pid) and
+    the accounts removed with their homes, whatever happened."""
+    for name in names:
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            raise RuntimeError(f"a user {name} exists already: remove it (userdel -r {name})")
+    try:
+        for name in names:
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+        subprocess.run(["chpasswd"], input="".join(f"{n}:{PASSWORD}\n" for n in names),
+                       text=True, check=True)
+        yield
+    finally:
+        uids = {pwd.getpwnam(n).pw_uid for n in names if _exists(n)}
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if proc.name.isdigit() and proc.stat().st_uid in uids:
+                    os.kill(int(proc.name), 9)
+        for name in names:
+            if _exists(name):
+                subprocess.run(["userdel", "-r", name], capture_output=True)
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def instructor(*args: str, env: dict[str, str], timeout: float = 300) -> str:
+    """A command as the instructor from the shell (root), in the repository; its output."""
+    out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, f"{args}: {out.stdout[-3000:]}{out.stderr[-3000:]}"
+    return out.stdout + out.stderr
+
+
+def action(hub: Hub, user: str, what: str) -> dict:
+    """The Assignments tab's own request (nbgrader's assignment_list server extension)."""
+    reply = hub.api("POST", f"/user/{user}/assignments/{what}?course_id={COURSE}"
+                    f"&assignment_id={MODULE}")
+    assert reply["success"], f"{user} {what}: {reply}"
+    return reply
+
+
+CHECK = """
+import json, os, torch, torch.distributed as dist
+mine = os.path.join(os.environ["PARLAB_HUB_WORKSPACE"], "00_collectives/00_collectives.ipynb")
+cells = {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"])
+         for c in json.load(open(mine))["cells"]}
+try:
+    exec(cells["ring_allreduce_answer"]); exec(cells["ring_allreduce_test"]); print("CHECK passed")
+except Exception as exc:
+    print("CHECK", type(exc).__name__)
+"""
+
+ATTEMPTS = """
+import os
+def attempt(what, fn):
+    try:
+        fn(); print(what, "DONE")
+    except PermissionError:
+        print(what, "REFUSED")
+attempt("read-workspace", lambda: open({ws!r}).read())
+attempt("list-inbound", lambda: os.listdir({inbound!r}))
+attempt("read-submission", lambda: open({sub!r}).read())
+attempt("plant-file", lambda: open({plant!r}, "w").write("x"))
+attempt("rename-submission", lambda: os.rename({subdir!r}, {subdir!r} + "-gone"))
+attempt("read-cache", lambda: open({cache!r}).read())
+attempt("rename-course", lambda: os.rename({course!r}, {course!r} + "-stolen"))
+"""
+
+
+def test_the_exchange_as_the_box_users(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="plt-hub-"))       # /tmp: the learners reach run/
+    base.chmod(0o755)
+    course_root = tmp_path / "course_root"                  # the instructor's, root's alone
+    shutil.copytree(ROOT / "solutions" / MODULE, course_root / "solutions" / MODULE)
+    generate_release(MODULE, root=course_root, database=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PARLAB_HUB_RUN": str(base / "run"), "PARLAB_COURSE_ROOT": str(course_root)}
+    make = ["make", "-s", f"VENV={Path(sys.executable).parents[1]}"]
+    grading = [sys.executable, "-m", "parlab.grading", "--root", str(course_root)]
+    steps: dict[str, float] = {}
+    started = time.monotonic()
+    try:
+        with unix_users([*LEARNERS, TEACHER]), running_hub(
+                base, SYSTEM_USERS="1", LEARNERS=",".join(LEARNERS), INSTRUCTORS=TEACHER) as hub:
+            run, exchange = base / "run", base / "run" / "exchange" / COURSE
+            assert oct((base / "run" / "exchange").stat().st_mode & 0o7777) == "0o1777"
+            assert oct((exchange / "inbound").stat().st_mode & 0o7777) == "0o3733"
+            instructor(*make, "hub-release", f"MODULE={MODULE}", env=env)
+            assert (exchange / "outbound" / MODULE / f"{MODULE}.ipynb").exists()
+            steps["released"] = time.monotonic() - started
+            for user in LEARNERS:
+                hub.api("POST", f"/hub/api/users/{user}/server")
+                hub.wait_ready(user)
+            assert held(hub) == {"plt-alice": [0, 1, 2, 3], "plt-bob": [4, 5, 6, 7]}
+            home = {u: Path(pwd.getpwnam(u).pw_dir) / "parlab" for u in LEARNERS}
+            assert oct(home["plt-bob"].stat().st_mode & 0o777) == "0o700"
+            assert not any(home["plt-bob"].iterdir()), "the exchange brings the modules"
+            browser_fetch(hub, "plt-alice")
+            for user in LEARNERS[1:]:
+                action(hub, user, "fetch")
+            steps["fetched"] = time.monotonic() - started
+            mine = home["plt-bob"] / MODULE / f"{MODULE}.ipynb"       # bob's full answers
+            nbformat.write(fake_submission(course_root / "solutions" / MODULE / mine.name,
+                                           mine), str(mine))
+            os.chown(mine, pwd.getpwnam("plt-bob").pw_uid, pwd.getpwnam("plt-bob").pw_gid)
+            checks = {user: hub.execute(user, CHECK) for user in LEARNERS}
+            assert "CHECK passed" in checks["plt-bob"], checks
+            assert "CHECK RankError" in checks["plt-alice"], checks     # the stub raises
+            steps["checked"] = time.monotonic() - started
+            for user in LEARNERS:
+                action(hub, user, "submit")
+            subs = {s.name.split("+")[0]: s for s in (exchange / "inbound").iterdir()}
+            assert sorted(subs) == LEARNERS
+            bob_sub = subs["plt-bob"]
+            assert oct(bob_sub.stat().st_mode & 0o777) == "0o700"
+            cache = next((home["plt-bob"].parent / ".local/share/jupyter/nbgrader_cache"
+                          / COURSE).iterdir()) / mine.name
+            out = hub.execute("plt-alice", ATTEMPTS.format(
+                ws=str(mine), inbound=str(exchange / "inbound"), subdir=str(bob_sub),
+                sub=str(bob_sub / mine.name), plant=str(bob_sub / "planted.py"),
+                cache=str(cache), course=str(exchange)))
+            for what in ("read-workspace", "list-inbound", "read-submission", "plant-file",
+                         "rename-submission", "read-cache", "rename-course"):
+                assert f"{what} REFUSED" in out, out
+            steps["private"] = time.monotonic() - started
+            instructor(*make, "hub-collect", f"MODULE={MODULE}", env=env)
+            for user in LEARNERS:
+                assert (course_root / "submitted" / user / MODULE / mine.name).exists()
+            graded = instructor(*grading, "autograde", "--module", MODULE, "--workers", "3",
+                                *(["--unsafe"] if sandbox_problem() else []), env=env)
+            steps["autograded"] = time.monotonic() - started
+            scores = dict(re.findall(r"^(plt-\w+)\s+\S+\s+(\S+)", graded, re.M))
+            got, full = scores["plt-bob"].split("/")
+            assert got == full and scores["plt-alice"].startswith("0/"), graded
+            instructor(*grading, "feedback", "--module", MODULE, env=env)
+            instructor(*make, "hub-return", f"MODULE={MODULE}", env=env)
+            action(hub, "plt-bob", "fetch_feedback")
+            pages = list((home["plt-bob"] / MODULE / "feedback").rglob("*.html"))
+            assert pages, "no feedback fetched"
+            hidden = hidden_lines(course_root / "solutions" / MODULE / mine.name)
+            assert hidden and not any(line in pages[0].read_text() for line in hidden)
+            hub.api("POST", f"/hub/api/users/{TEACHER}/server")
+            hub.wait_ready(TEACHER)
+            assert hub.status(f"/user/{TEACHER}/formgrader") == 200
+            steps["formgrader"] = time.monotonic() - started
+            assert run.exists()
+        print("steps (s):", {k: round(v, 1) for k, v in steps.items()})
+    finally:
+        if (base / "hub.log").exists():
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(base / "hub.log", ARTIFACTS / "exchange-hub.log")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def hidden_lines(source: Path) -> list[str]:
+    """The hidden tests' lines of the solution notebook (long enough to be telling)."""
+    lines, inside = [], False
+    for cell in nbformat.read(str(source), as_version=4).cells:
+        for line in cell.source.splitlines():
+            if "BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) > 20:
+                lines.append(line.strip())
+    return lines
+
+
+def browser_fetch(hub: Hub, user: str) -> None:
+    """Chromium logs in as `user` with their Unix password (PAM), opens nbgrader's
+    Assignments tab and clicks Fetch; the module lands in their workspace."""
+    if not Path(CHROMIUM).exists():
+        action(hub, user, "fetch")
+        return
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        try:
+            page.goto(hub.base + f"/hub/login?next=/user/{user}/lab")
+            page.fill("#username_input", user)
+            page.fill("#password_input", PASSWORD)
+            page.click("#login_submit")
+            page.wait_for_url(f"**/user/{user}/lab**", timeout=120_000)
+            page.get_by_text("Nbgrader", exact=True).click(timeout=60_000)
+            page.get_by_text("Assignment List", exact=True).click()
+            page.get_by_role("button", name="Fetch").first.click(timeout=60_000)
+            page.wait_for_selector("text=Downloaded assignments", timeout=60_000)
+            page.screenshot(path=ARTIFACTS / "exchange-fetch.png")
+        except Exception:
+            page.screenshot(path=ARTIFACTS / "exchange-failure.png")
+            raise
+        finally:
+            browser.close()
+    workspace = Path(pwd.getpwnam(user).pw_dir) / "parlab"
+    for _ in range(60):
+        if (workspace / MODULE / f"{MODULE}.ipynb").exists():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{user}'s Fetch in the browser brought nothing: "
+                         + json.dumps(sorted(p.name for p in workspace.iterdir())))
