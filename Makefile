@@ -108,8 +108,8 @@ hub-gpus: setup
 # Assignments tab), hub-collect MODULE=.. (their submissions into submitted/<student>/<module>/,
 # what `make autograde` reads), then `make autograde` and `make feedback` as always, and
 # hub-return MODULE=.. (the feedback back to them). Each runs nbgrader with the course's
-# configuration and autograder/hub/exchange/ (the exchange's root and course id).
-HUB_NBGRADER = cd autograder && $(call WITH_JUPYTER,$(CURDIR)/autograder/hub/exchange) $(abspath $(VENV))/bin/nbgrader
+# configuration and autograder/hub/nbgrader/ (the exchange's root and course id).
+HUB_NBGRADER = cd autograder && $(call WITH_JUPYTER,$(CURDIR)/autograder/hub/nbgrader) $(abspath $(VENV))/bin/nbgrader
 define HUB_EXCHANGE
 @test -n "$(MODULE)" || { echo "make $@ needs MODULE=<module>, e.g. MODULE=00_collectives"; exit 2; }
 @test -d course/$(MODULE) || { echo "make $@: no module course/$(MODULE) (ls course/)"; exit 2; }

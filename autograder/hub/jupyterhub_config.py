@@ -172,7 +172,7 @@ ALLOTMENT = Allotment(RUN / "gpus.json", Plan(GPUS, PER_LEARNER, when_full=WHEN_
 # workspace, submissions through `make collect FROM=<folder>`). With it, each learner's
 # workspace starts empty, the learner's JupyterLab shows nbgrader's Assignments tab
 # (autograder/hub/jupyter/learner/), and every server reads
-# autograder/hub/exchange/nbgrader_config.py: the exchange root EXCHANGE, the course COURSE_ID,
+# autograder/hub/nbgrader/nbgrader_config.py: the exchange root EXCHANGE, the course COURSE_ID,
 # and a submit that makes each submission its learner's alone (parlab.hub.exchange). Root
 # makes the exchange's folders here: root 1777, inbound 3733 (nobody lists it or renames
 # another's submission), outbound 755, feedback 711. The instructor, as root:

@@ -3,7 +3,7 @@
 Under the system's users (PARLAB_HUB_SYSTEM_USERS=1: the hub as root, each server as its
 learner's Unix account) the hub's configuration calls `prepare_exchange` once, as root, and
 every server (and `make hub-release`, `hub-collect`, `hub-return`) reads
-autograder/hub/exchange/nbgrader_config.py, which sets `Exchange.root`,
+autograder/hub/nbgrader/nbgrader_config.py, which sets `Exchange.root`,
 `CourseDirectory.course_id` and `ExchangeFactory.submit = "parlab.hub.exchange.PrivateSubmit"`.
 
 What nbgrader 0.9.6 leaves open, and how it is closed here (autograder/hub/README.md):

@@ -15,7 +15,7 @@ plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go b
 With `exchange` (the system's users only: nbgrader names a student by their Unix account) a
 learner's workspace starts empty and modules arrive through nbgrader's exchange, from the
 Assignments tab of the hub's learner configuration (autograder/hub/jupyter/learner/); every
-server reads autograder/hub/exchange/nbgrader_config.py (`parlab.hub.exchange`).
+server reads autograder/hub/nbgrader/nbgrader_config.py (`parlab.hub.exchange`).
 The hooks read only what every JupyterHub spawner has (user.name, name, environment,
 notebook_dir, log): nothing here imports JupyterHub.
 """
@@ -72,7 +72,7 @@ class HubSettings:
         else:
             paths = [hub / "jupyter" / "learner" if self.exchange else self.learner_jupyter]
         if self.exchange is not None:
-            paths.append(hub / "exchange")
+            paths.append(hub / "nbgrader")
         return ":".join(map(str, [*paths, self.course_root]))
 
 
