@@ -147,6 +147,10 @@ class Watch:
                 continue
             if s.get("state") != "in" or not s.get("seq") or now - s.get("t", now) < SURE_HANG_S:
                 return None  # someone runs, or waits on something this rule cannot judge
+            if all(p in results or self.state(p).get("state") == "returned"
+                   for p in s["group"] if p != rank):
+                return None  # every peer returned: _sure_hang says so, once they have been
+                # gone SURE_HANG_S (a slow rank may return after the others began to wait)
             if s.get("p2p"):
                 if _call(s) not in ("recv", "irecv"):
                     return None
