@@ -74,6 +74,12 @@ def unix_users(names: list[str]) -> Iterator[None]:
         for name in names:
             if _exists(name):
                 subprocess.run(["userdel", "-r", name], capture_output=True)
+        for left in Path(tempfile.gettempdir()).iterdir():  # their scratch (parlab.scratch)
+            with contextlib.suppress(OSError):
+                if left.lstat().st_uid in uids and left.is_dir() and not left.is_symlink():
+                    shutil.rmtree(left)
+                elif left.lstat().st_uid in uids:
+                    left.unlink()
 
 
 def _exists(name: str) -> bool:
