@@ -141,7 +141,7 @@ test-hub:
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)
 
-# The verifier's corpus of every module but 02 (tests/test_verifier.py; about 13 minutes):
+# The verifier's whole corpus of every module (tests/test_verifier.py; about 14 minutes):
 # each answer of autograder/mistakes/ gets the notebook's verdicts from the verifier too.
 test-corpus: setup sandbox
 	$(PY) -m pytest -q -m corpus tests/test_verifier.py $(PYTEST_ARGS)
