@@ -131,6 +131,8 @@ attempt("plant-file", lambda: open({plant!r}, "w").write("x"))
 attempt("rename-submission", lambda: os.rename({subdir!r}, {subdir!r} + "-gone"))
 attempt("read-cache", lambda: open({cache!r}).read())
 attempt("rename-course", lambda: os.rename({course!r}, {course!r} + "-stolen"))
+attempt("read-solutions", lambda: open({solutions!r}).read())
+attempt("read-git", lambda: os.listdir({git!r}))
 """
 
 
@@ -185,9 +187,11 @@ def test_the_exchange_as_the_box_users(tmp_path):
             out = hub.execute("plt-alice", ATTEMPTS.format(
                 ws=str(mine), inbound=str(exchange / "inbound"), subdir=str(bob_sub),
                 sub=str(bob_sub / mine.name), plant=str(bob_sub / "planted.py"),
-                cache=str(cache), course=str(exchange)))
+                cache=str(cache), course=str(exchange),
+                solutions=str(ROOT / "solutions" / MODULE / mine.name), git=str(ROOT / ".git")))
             for what in ("read-workspace", "list-inbound", "read-submission", "plant-file",
-                         "rename-submission", "read-cache", "rename-course"):
+                         "rename-submission", "read-cache", "rename-course", "read-solutions",
+                         "read-git"):
                 assert f"{what} REFUSED" in out, out
             steps["private"] = time.monotonic() - started
             instructor(*make, "hub-collect", f"MODULE={MODULE}", env=env)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from parlab.hub import Allotment, HubSettings, Plan, make_hooks
 from parlab.hub.exchange import ExchangeProblem, cannot_reach, prepare_exchange
+from parlab.hub.private import keep_private
 
 c = get_config()  # noqa: F821
 
@@ -186,6 +187,11 @@ if SYSTEM_USERS:
     except ExchangeProblem as exc:
         sys.exit(f"nbgrader's exchange: {exc}")
     os.environ["PARLAB_HUB_EXCHANGE"], os.environ["PARLAB_HUB_COURSE_ID"] = str(EXCHANGE), COURSE_ID
+    # What the instructor's course root keeps from learners (answers, hidden tests, their git
+    # history, every learner's submission and grade): out of their reach (parlab.hub.private).
+    for _root in dict.fromkeys([ROOT, Path(os.environ.get("PARLAB_COURSE_ROOT") or ROOT)]):
+        for _line in keep_private(_root):
+            print(f"parlab: made private: {_line}", file=sys.stderr)
 
 c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
     course_root=ROOT, workspaces=WORKSPACES, instructors=frozenset(INSTRUCTORS),

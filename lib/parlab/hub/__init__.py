@@ -8,6 +8,8 @@ autograder/hub/jupyterhub_config.py).
 - `workspace`: a learner's workspace made as `make lab` makes it.
 - `limits`: memory and CPU limits for servers of a local-process spawner.
 - `notice`: the line a learner reads when their server got CPU ranks.
+- `exchange`: nbgrader's exchange made private (system users only).
+- `private`: what the instructor's course root keeps from learners, out of their reach.
 - `python -m parlab.hub gpus | free | watch`: who holds which GPUs; the gpu-pool service.
 """
 
