@@ -104,7 +104,9 @@ hub-gpus: setup
 	$(PY) -m parlab.hub gpus --state "$${PARLAB_HUB_RUN:-autograder/hub/run}/gpus.json"
 
 # nbgrader's exchange under the hub with the system's users (autograder/hub/README.md, "The
-# exchange"), as root, in this order: hub-release MODULE=.. (course/<module> to the learners'
+# exchange"), as an instructor in the instructors' group (PARLAB_HUB_INSTRUCTOR_GROUP; the hub,
+# started as root, made the exchange and gave it to them) or as root, in this order:
+# hub-release MODULE=.. (course/<module> to the learners'
 # Assignments tab), hub-collect MODULE=.. (their submissions into submitted/<student>/<module>/,
 # what `make autograde` reads), then `make autograde` and `make feedback` as always, and
 # hub-return MODULE=.. (the feedback back to them). Each runs nbgrader with the course's

@@ -180,6 +180,13 @@ def test_hooks_make_the_workspace_and_pass_the_gpus(tmp_path):
     assert teacher.environment["PARLAB_GPUS"] == "2,3"
     post(alice)
     assert set(gpus.holders()) == {"teacher"}
+    grading = tmp_path / "grading"                    # PARLAB_COURSE_ROOT in the hub's config
+    pre, _ = make_hooks(HubSettings(course_root=tmp_path / "repo", instructor_root=grading,
+                                    workspaces=str(tmp_path / "users" / "{user}"),
+                                    instructors=frozenset({"teacher"})))
+    teacher = fake_spawner("teacher")
+    pre(teacher)
+    assert teacher.notebook_dir == teacher.environment["PARLAB_COURSE_ROOT"] == str(grading)
 
 
 def test_the_wait_hook_is_awaited_by_the_hub(tmp_path):
@@ -254,6 +261,18 @@ def test_settings_from_the_environment(tmp_path, monkeypatch, capsys):
     s = fake_spawner("ann")
     asyncio.run(c.Spawner.pre_spawn_hook(s))
     assert s.environment["PARLAB_GPUS"] == "0,1,2,3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the system's users: the hub runs as root")
+def test_system_users_refuse_to_start_without_the_instructors_group(tmp_path, monkeypatch):
+    import parlab.hub.exchange
+    monkeypatch.setattr(parlab.hub.exchange, "cannot_reach", lambda *a, **k: None)  # .venv
+    with pytest.raises(SystemExit, match="`groupadd plt-no-such-group`"):
+        load_config(tmp_path, monkeypatch, SYSTEM_USERS="1", INSTRUCTOR_GROUP="plt-no-such-group")
+    with pytest.raises(SystemExit, match="`usermod -aG root nobody`"):
+        load_config(tmp_path, monkeypatch, SYSTEM_USERS="1", INSTRUCTOR_GROUP="root",
+                    INSTRUCTORS="nobody")
+    assert not (tmp_path / "run" / "exchange").exists(), "nothing made before the refusal"
 
 
 def test_a_learner_past_the_memory_limit_gets_memory_error():

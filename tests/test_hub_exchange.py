@@ -1,21 +1,27 @@
 """nbgrader's exchange through the hub, as the box's own Unix users (`make test-hub`, as root).
 
 The hub with PARLAB_HUB_SYSTEM_USERS=1: three learners and an instructor made by the test
-(plt-alice, plt-bob, plt-carol, plt-teacher; removed at the end, even on failure), PAM logins,
-each server as its learner. The instructor releases 00_collectives from the shell as root
-(`make hub-release`); each learner fetches it through the Assignments tab's HTTP API (alice
-in Chromium, clicking Fetch), runs a visible test in their own kernel, and submits; the
-instructor collects (`make hub-collect`), autogrades and makes feedback (parlab.grading's CLI,
-as `make autograde` and `make feedback` call it) and returns it (`make hub-return`); bob
-fetches his feedback, which has no hidden test. In alice's own kernel, bob's workspace, his
-submission and cached copy, the inbound folder's listing and the course folder's name are out
-of reach (PermissionError). The GPU allotment of a fake 8 GPUs: two learners get 4 each, the
-third CPU ranks. Stopping the hub leaves no process (test_hub_e2e.running_hub checks).
+(plt-alice, plt-bob, plt-carol, plt-teacher; the instructors' group plt-instructors, with
+plt-teacher alone in it; all removed at the end, even on failure), PAM logins, each server as
+its learner. The course root is the instructor's, in the test's /tmp folder (PARLAB_COURSE_ROOT),
+given to the group by the hub. The instructor, as plt-teacher (no root), releases
+00_collectives (`make hub-release`; root releases it again: sudo still works); each learner
+fetches it through the Assignments tab's HTTP API (alice in Chromium, clicking Fetch), runs a
+visible test in their own kernel, and submits; plt-teacher collects (`make hub-collect`),
+autogrades and makes feedback (parlab.grading's CLI, as `make autograde` and `make feedback`
+call it) and returns it (`make hub-return`); bob fetches his feedback, which has no hidden
+test; plt-teacher's own server answers the formgrader's API with the module and the three
+graded submissions. In alice's own kernel, bob's workspace, his submission and cached copy,
+the inbound folder's listing, the course folder's name and the course root's solutions/,
+.git/ and gradebook are out of reach (PermissionError). The GPU allotment of a fake 8 GPUs:
+two learners get 4 each, the third CPU ranks. Stopping the hub leaves no process
+(test_hub_e2e.running_hub checks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
 import pwd
@@ -32,10 +38,12 @@ import nbformat
 import pytest
 from conftest import ROOT
 from test_hub_e2e import CHROMIUM, CHROMIUM_ARGS, Hub, held, running_hub
+from unix_accounts import unix_users
 
 from parlab.grading.fake import fake_submission
 from parlab.grading.runner import generate_release
 from parlab.grading.sandbox import problem as sandbox_problem
+from parlab.hub.private import HIDDEN, INSTRUCTOR_FOLDERS
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,53 +55,24 @@ pytestmark = [
 MODULE, COURSE = "00_collectives", "parlab"
 LEARNERS = ["plt-alice", "plt-bob", "plt-carol"]
 TEACHER = "plt-teacher"
+GROUP = "plt-instructors"
 PASSWORD = "plt-Pass-4-hub-test"
 ARTIFACTS = ROOT / "artifacts" / "hub"
 
 
-@contextlib.contextmanager
-def unix_users(names: list[str]) -> Iterator[None]:
-    """Local accounts with homes and PASSWORD; at the end their processes ended (by pid) and
-    the accounts removed with their homes, whatever happened."""
-    for name in names:
-        with contextlib.suppress(KeyError):
-            pwd.getpwnam(name)
-            raise RuntimeError(f"a user {name} exists already: remove it (userdel -r {name})")
-    try:
-        for name in names:
-            subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
-        subprocess.run(["chpasswd"], input="".join(f"{n}:{PASSWORD}\n" for n in names),
-                       text=True, check=True)
-        yield
-    finally:
-        uids = {pwd.getpwnam(n).pw_uid for n in names if _exists(n)}
-        for proc in Path("/proc").iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                if proc.name.isdigit() and proc.stat().st_uid in uids:
-                    os.kill(int(proc.name), 9)
-        for name in names:
-            if _exists(name):
-                subprocess.run(["userdel", "-r", name], capture_output=True)
-        for left in Path(tempfile.gettempdir()).iterdir():  # their scratch (parlab.scratch)
-            with contextlib.suppress(OSError):
-                if left.lstat().st_uid in uids and left.is_dir() and not left.is_symlink():
-                    shutil.rmtree(left)
-                elif left.lstat().st_uid in uids:
-                    left.unlink()
-
-
-def _exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
-def instructor(*args: str, env: dict[str, str], timeout: float = 300) -> str:
-    """A command as the instructor from the shell (root), in the repository; its output."""
+def instructor(*args: str, env: dict[str, str], timeout: float = 300, user: str = TEACHER,
+               ok: bool = True) -> str:
+    """A command as the instructor (`user`, their own account and groups, as from a terminal
+    of their server; "root": as root, sudo), in the repository; its output."""
+    if user != "root":
+        account = pwd.getpwnam(user)
+        args = ("setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}",
+                "--init-groups", "--", *args)
+        env = {**env, "HOME": account.pw_dir, "USER": user, "LOGNAME": user}
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=timeout)
+    if not ok:
+        return out.stdout + out.stderr if out.returncode else "SUCCEEDED"
     assert out.returncode == 0, f"{args}: {out.stdout[-3000:]}{out.stderr[-3000:]}"
     return out.stdout + out.stderr
 
@@ -133,29 +112,62 @@ attempt("read-cache", lambda: open({cache!r}).read())
 attempt("rename-course", lambda: os.rename({course!r}, {course!r} + "-stolen"))
 attempt("read-solutions", lambda: open({solutions!r}).read())
 attempt("read-git", lambda: os.listdir({git!r}))
+attempt("read-course-solutions", lambda: open({course_solutions!r}).read())
+attempt("read-gradebook", lambda: open({gradebook!r}, "rb").read())
 """
 
 
-def test_the_exchange_as_the_box_users(tmp_path):
+@contextlib.contextmanager
+def checkout_as_it_was() -> Iterator[None]:
+    """The hub (keep_private) hides the checkout's solutions/, .git/ and autograder/valid/ and
+    makes its submitted/, autograded/, feedback/ and gradebook.db: put back after."""
+    modes = {ROOT / n: (ROOT / n).stat().st_mode & 0o7777 for n in HIDDEN if (ROOT / n).is_dir()}
+    absent = [ROOT / n for n in (*INSTRUCTOR_FOLDERS, "gradebook.db") if not (ROOT / n).exists()]
+    try:
+        yield
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+        for path in absent:               # only as the hub made them: empty
+            with contextlib.suppress(OSError):
+                if path.is_dir():
+                    path.rmdir()
+                elif path.stat().st_size == 0:
+                    path.unlink()
+
+
+def test_the_exchange_as_the_box_users(monkeypatch):
     base = Path(tempfile.mkdtemp(prefix="plt-hub-"))       # /tmp: the learners reach run/
     base.chmod(0o755)
-    course_root = tmp_path / "course_root"                  # the instructor's, root's alone
+    course_root = base / "course_root"     # the instructor's: the hub gives it to GROUP
     shutil.copytree(ROOT / "solutions" / MODULE, course_root / "solutions" / MODULE)
     generate_release(MODULE, root=course_root, database=True)
+    monkeypatch.setenv("PARLAB_COURSE_ROOT", str(course_root))      # the hub's, too
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "PARLAB_HUB_RUN": str(base / "run"), "PARLAB_COURSE_ROOT": str(course_root)}
+           "PARLAB_HUB_RUN": str(base / "run"), "PARLAB_HUB_INSTRUCTOR_GROUP": GROUP}
     make = ["make", "-s", f"VENV={Path(sys.executable).parents[1]}"]
     grading = [sys.executable, "-m", "parlab.grading", "--root", str(course_root)]
     steps: dict[str, float] = {}
     started = time.monotonic()
     try:
-        with unix_users([*LEARNERS, TEACHER]), running_hub(
-                base, SYSTEM_USERS="1", LEARNERS=",".join(LEARNERS), INSTRUCTORS=TEACHER) as hub:
+        with checkout_as_it_was(), unix_users([*LEARNERS, TEACHER], PASSWORD, GROUP,
+                                              [TEACHER]), running_hub(
+                base, SYSTEM_USERS="1", LEARNERS=",".join(LEARNERS), INSTRUCTORS=TEACHER,
+                INSTRUCTOR_GROUP=GROUP) as hub:
             run, exchange = base / "run", base / "run" / "exchange" / COURSE
+            gid = grp.getgrnam(GROUP).gr_gid
             assert oct((base / "run" / "exchange").stat().st_mode & 0o7777) == "0o1777"
-            assert oct((exchange / "inbound").stat().st_mode & 0o7777) == "0o3733"
-            instructor(*make, "hub-release", f"MODULE={MODULE}", env=env)
-            assert (exchange / "outbound" / MODULE / f"{MODULE}.ipynb").exists()
+            assert oct((exchange / "inbound").stat().st_mode & 0o7777) == "0o3773"
+            assert (exchange / "inbound").stat().st_gid == gid
+            assert (course_root / "gradebook.db").stat().st_gid == gid
+            refused = instructor(*make, "hub-release", f"MODULE={MODULE}", env=env,
+                                 user="plt-carol", ok=False)           # a learner cannot
+            assert "not in the instructors' group" in refused, refused
+            instructor(*make, "hub-release", f"MODULE={MODULE}", env=env)      # as plt-teacher
+            released = exchange / "outbound" / MODULE / f"{MODULE}.ipynb"
+            assert released.stat().st_uid == pwd.getpwnam(TEACHER).pw_uid
+            instructor(*make, "hub-release", f"MODULE={MODULE}", env=env, user="root")
+            assert released.exists()
             steps["released"] = time.monotonic() - started
             for user in LEARNERS:
                 hub.api("POST", f"/hub/api/users/{user}/server")
@@ -181,24 +193,32 @@ def test_the_exchange_as_the_box_users(tmp_path):
             subs = {s.name.split("+")[0]: s for s in (exchange / "inbound").iterdir()}
             assert sorted(subs) == LEARNERS
             bob_sub = subs["plt-bob"]
-            assert oct(bob_sub.stat().st_mode & 0o777) == "0o700"
+            assert oct(bob_sub.stat().st_mode & 0o777) == "0o750"
+            assert bob_sub.stat().st_gid == (bob_sub / mine.name).stat().st_gid == gid
+            assert oct((bob_sub / mine.name).stat().st_mode & 0o777) == "0o640"
             cache = next((home["plt-bob"].parent / ".local/share/jupyter/nbgrader_cache"
                           / COURSE).iterdir()) / mine.name
             out = hub.execute("plt-alice", ATTEMPTS.format(
                 ws=str(mine), inbound=str(exchange / "inbound"), subdir=str(bob_sub),
                 sub=str(bob_sub / mine.name), plant=str(bob_sub / "planted.py"),
                 cache=str(cache), course=str(exchange),
-                solutions=str(ROOT / "solutions" / MODULE / mine.name), git=str(ROOT / ".git")))
+                solutions=str(ROOT / "solutions" / MODULE / mine.name), git=str(ROOT / ".git"),
+                course_solutions=str(course_root / "solutions" / MODULE / mine.name),
+                gradebook=str(course_root / "gradebook.db")))
             for what in ("read-workspace", "list-inbound", "read-submission", "plant-file",
                          "rename-submission", "read-cache", "rename-course", "read-solutions",
-                         "read-git"):
+                         "read-git", "read-course-solutions", "read-gradebook"):
                 assert f"{what} REFUSED" in out, out
             steps["private"] = time.monotonic() - started
-            instructor(*make, "hub-collect", f"MODULE={MODULE}", env=env)
+            instructor(*make, "hub-collect", f"MODULE={MODULE}", env=env)     # as plt-teacher
             for user in LEARNERS:
                 assert (course_root / "submitted" / user / MODULE / mine.name).exists()
+            # The sandbox's cgroup limits need root (or a delegated cgroup): as the teacher
+            # without one, grade as UNSAFE=1 does (autograder/hub/README.md says so).
+            unsafe = instructor(sys.executable, "-c", "from parlab.grading.sandbox import "
+                                "problem; print(problem() or '')", env=env).strip()
             graded = instructor(*grading, "autograde", "--module", MODULE, "--workers", "3",
-                                *(["--unsafe"] if sandbox_problem() else []), env=env)
+                                *(["--unsafe"] if unsafe or sandbox_problem() else []), env=env)
             steps["autograded"] = time.monotonic() - started
             scores = dict(re.findall(r"^(plt-\w+)\s+\S+\s+(\S+)", graded, re.M))
             got, full = scores["plt-bob"].split("/")
@@ -213,6 +233,14 @@ def test_the_exchange_as_the_box_users(tmp_path):
             hub.api("POST", f"/hub/api/users/{TEACHER}/server")
             hub.wait_ready(TEACHER)
             assert hub.status(f"/user/{TEACHER}/formgrader") == 200
+            api = f"/user/{TEACHER}/formgrader/api"
+            modules = {a["name"]: a for a in hub.api("GET", f"{api}/assignments")}
+            assert modules[MODULE]["num_submissions"] == len(LEARNERS), modules
+            graded_subs = {s["student"]: s for s in hub.api("GET", f"{api}/submissions/{MODULE}")}
+            assert sorted(graded_subs) == LEARNERS, graded_subs
+            assert all(s["autograded"] for s in graded_subs.values()), graded_subs
+            bob = graded_subs["plt-bob"]
+            assert bob["score"] == bob["max_score"] > 0, bob
             steps["formgrader"] = time.monotonic() - started
             assert run.exists()
         print("steps (s):", {k: round(v, 1) for k, v in steps.items()})

@@ -19,7 +19,13 @@ import sys
 from pathlib import Path
 
 from parlab.hub import Allotment, HubSettings, Plan, make_hooks
-from parlab.hub.exchange import ExchangeProblem, cannot_reach, prepare_exchange
+from parlab.hub.exchange import (
+    ExchangeProblem,
+    cannot_reach,
+    group_problem,
+    instructor_gid,
+    prepare_exchange,
+)
 from parlab.hub.private import keep_private
 
 c = get_config()  # noqa: F821
@@ -42,6 +48,15 @@ BIN = Path(sys.executable).parent                      # the venv `make hub` ins
 # --- 1. Who: the class --------------------------------------------------------------------
 LEARNERS = names(setting("LEARNERS", "alice,bob,carol"))   # allowed to log in
 INSTRUCTORS = names(setting("INSTRUCTORS", "instructor"))  # admins; formgrader on the course
+# Under the system's users (3a), the instructors' Unix group: the hub gives it the exchange's
+# folders and what the course root keeps (answers, submissions, gradebook), so that each
+# instructor collects, grades and runs the formgrader as their own account, no root. Make it
+# once: `groupadd parlab-instructors; usermod -aG parlab-instructors <instructor>` (learners
+# are never in it). The hub refuses to start without it.
+INSTRUCTOR_GROUP = setting("INSTRUCTOR_GROUP", "parlab-instructors")
+# Where instructors grade (submitted/, autograded/, gradebook.db; their server opens on it):
+# PARLAB_COURSE_ROOT as `make formgrader COURSE_ROOT=...` sets it, else the repository.
+COURSE_ROOT = Path(os.environ.get("PARLAB_COURSE_ROOT") or ROOT).resolve()
 
 # --- 2. Where: the address ----------------------------------------------------------------
 # The trial listens on this machine only. From a laptop, tunnel to it:
@@ -118,6 +133,10 @@ if SYSTEM_USERS:
                  "can read: `sudo make hub VENV=.venv-hub PYTHON=/usr/bin/python3 "
                  "PARLAB_HUB_SYSTEM_USERS=1` in a checkout outside /root "
                  "(autograder/hub/README.md)")
+    why = group_problem(INSTRUCTOR_GROUP, INSTRUCTORS)
+    if why:
+        sys.exit(f"PARLAB_HUB_SYSTEM_USERS=1: {why} (then start the hub again; another group: "
+                 "PARLAB_HUB_INSTRUCTOR_GROUP=<group>)")
     _db = RUN / "jupyterhub.sqlite"                  # readable by the hub (root) alone
     _db.touch(mode=0o600)
     _db.chmod(0o600)
@@ -174,29 +193,35 @@ ALLOTMENT = Allotment(RUN / "gpus.json", Plan(GPUS, PER_LEARNER, when_full=WHEN_
 # workspace starts empty, the learner's JupyterLab shows nbgrader's Assignments tab
 # (autograder/hub/jupyter/learner/), and every server reads
 # autograder/hub/nbgrader/nbgrader_config.py: the exchange root EXCHANGE, the course COURSE_ID,
-# and a submit that makes each submission its learner's alone (parlab.hub.exchange). Root
-# makes the exchange's folders here: root 1777, inbound 3733 (nobody lists it or renames
-# another's submission), outbound 755, feedback 711. The instructor, as root:
-# `sudo make hub-release MODULE=00_collectives`, `hub-collect`, `autograde`, `feedback`,
-# `hub-return` (autograder/hub/README.md, "The exchange").
+# and a submit that makes each submission readable by its learner and INSTRUCTOR_GROUP only
+# (parlab.hub.exchange). Root makes the exchange's folders here: root 1777, inbound 3773 group
+# INSTRUCTOR_GROUP (setgid: each submission takes the group; learners cannot list it or rename
+# another's submission), outbound 2775 and feedback 2771 (the group writes them). The
+# instructor, as their own account (in INSTRUCTOR_GROUP; root works too), from a terminal of
+# their server or a shell: `make hub-release MODULE=00_collectives`, `hub-collect`,
+# `autograde`, `feedback`, `hub-return` (autograder/hub/README.md, "The exchange").
 EXCHANGE = Path(setting("EXCHANGE", str(RUN / "exchange"))).resolve()
 COURSE_ID = setting("COURSE_ID", "parlab")
 if SYSTEM_USERS:
     try:
-        prepare_exchange(EXCHANGE, COURSE_ID)
+        prepare_exchange(EXCHANGE, COURSE_ID, INSTRUCTOR_GROUP)
     except ExchangeProblem as exc:
         sys.exit(f"nbgrader's exchange: {exc}")
     os.environ["PARLAB_HUB_EXCHANGE"], os.environ["PARLAB_HUB_COURSE_ID"] = str(EXCHANGE), COURSE_ID
-    # What the instructor's course root keeps from learners (answers, hidden tests, their git
-    # history, every learner's submission and grade): out of their reach (parlab.hub.private).
-    for _root in dict.fromkeys([ROOT, Path(os.environ.get("PARLAB_COURSE_ROOT") or ROOT)]):
-        for _line in keep_private(_root):
+    os.environ["PARLAB_HUB_INSTRUCTOR_GROUP"] = INSTRUCTOR_GROUP
+    # What the course root keeps (answers, hidden tests, their git history, every learner's
+    # submission and grade): out of learners' reach, INSTRUCTOR_GROUP's to read and write
+    # (parlab.hub.private). A repository that is not the course root is only hidden.
+    for _root, _gid in {ROOT: None, COURSE_ROOT: instructor_gid(INSTRUCTOR_GROUP)}.items():
+        for _line in keep_private(_root, group=_gid):
             print(f"parlab: made private: {_line}", file=sys.stderr)
 
 c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
-    course_root=ROOT, workspaces=WORKSPACES, instructors=frozenset(INSTRUCTORS),
+    course_root=ROOT, instructor_root=COURSE_ROOT, workspaces=WORKSPACES,
+    instructors=frozenset(INSTRUCTORS),
     allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS,
-    exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID))
+    exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID,
+    extra_env={"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {}))
 
 # --- 7. Limits per learner's server --------------------------------------------------------
 # JupyterHub hands mem_limit and cpu_limit to the server (MEM_LIMIT, CPU_LIMIT); the local
@@ -234,7 +259,7 @@ if GPUS:
 
 # --- 9. What the hub prints when it starts -------------------------------------------------
 LOGINS = (f"  learners ({', '.join(LEARNERS)}) and instructors ({', '.join(INSTRUCTORS)}) log "
-          "in with their Unix passwords\n"
+          f"in with their Unix passwords; instructors grade as members of {INSTRUCTOR_GROUP}\n"
           f"nbgrader's exchange: {EXCHANGE}, course {COURSE_ID}\n" if SYSTEM_USERS else
           f"  learners ({', '.join(LEARNERS)}): password {_pw['learners']}\n"
           f"  instructors ({', '.join(INSTRUCTORS)}): password {_pw['instructors']}\n"

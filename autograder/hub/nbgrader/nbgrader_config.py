@@ -7,7 +7,7 @@ reads it beside the course's own nbgrader_config.py (which this file leaves as i
 
 import os
 
-from parlab.hub.exchange import exchange_settings
+from parlab.hub.exchange import exchange_settings, instructor_side
 
 c = get_config()  # noqa: F821 -- injected by traitlets when it executes this file
 
@@ -17,9 +17,17 @@ c = get_config()  # noqa: F821 -- injected by traitlets when it executes this fi
 _root, _course = exchange_settings()
 c.Exchange.root = str(_root)
 c.CourseDirectory.course_id = _course
-# nbgrader's submit, then the submission made the learner's alone (folders 0700, files 0600):
-# no other learner can read it or put a file in it; the instructor collects as root.
+# nbgrader's submit, then the submission readable by its learner and the instructors' group
+# only (folders 0750, files 0640; the group is PARLAB_HUB_INSTRUCTOR_GROUP, default
+# parlab-instructors, which learners are not in): no other learner can read it or put a file
+# in it; an instructor collects it as themself, no root needed.
 c.ExchangeFactory.submit = "parlab.hub.exchange.PrivateSubmit"
+# For root and the group's members: nbgrader's setting for instructors who share a course.
+# The exchange's folders are root's (the hub made them), given to the group: without it
+# nbgrader refuses to release into a folder it does not own; with it, what nbgrader writes
+# (releases, collected submissions, autograded notebooks, feedback) is group-writable, so a
+# second instructor (or root) can redo a step. Learners keep nbgrader's default.
+c.CourseDirectory.groupshared = instructor_side()
 # Fetch puts a module into the learner's workspace (the server's root), not into the folder
 # the server was started in (the learner's home), which is where nbgrader's "." would be.
 if os.environ.get("PARLAB_HUB_WORKSPACE"):

@@ -10,31 +10,46 @@ What nbgrader 0.9.6 leaves open, and how it is closed here (autograder/hub/READM
 - the exchange root is `0777` (nbgrader re-sets it on every release): anyone could rename the
   course folder away. Made `1777` (sticky; nbgrader compares only `& 0o777`, so it stays) and
   the course's folders are made by root before any learner can squat on their names.
-- `inbound/` is `2733`: write and search, no listing. Made `3733` (sticky too), so a learner
-  who learns a submission's name still cannot rename or delete it.
+- `inbound/` is `2733`: write and search, no listing. Made `3773` (sticky too), so a learner
+  who learns a submission's name still cannot rename or delete it; its group is the
+  instructors' Unix group (PARLAB_HUB_INSTRUCTOR_GROUP, default `parlab-instructors`), which
+  may list it, and, setgid, gives every submission folder made in it that group.
 - a submission folder is `0777` with `0644` files, and the learner's cache copy of it
-  (`~/.local/share/jupyter/nbgrader_cache`) `0755`/`0644`: `PrivateSubmit` makes both
-  `0700`/`0600` after nbgrader copies them. Only their owner and root (the instructor's
-  `collect`) can read them, or put a file in them.
+  (`~/.local/share/jupyter/nbgrader_cache`) `0755`/`0644`: `PrivateSubmit` makes the
+  submission `0750` (group: the instructors') with `0640` files, and the cache copy
+  `0700`/`0600`. Other learners (not in the group) cannot enter it; an instructor (in the
+  group, no root) collects it. nbgrader writes `timestamp.txt` and `submission_secret.txt`
+  after copying, when the folder has lost its setgid bit (copytree's copystat; a learner,
+  not in the group, cannot set it again): they carry the learner's group, so they are made
+  `0644`, readable by the group through the `0750` folder that others cannot enter.
+- `outbound/` (`2775`) and `feedback/` (`2771`) are the group's too: an instructor releases
+  into them and returns feedback without root. nbgrader refuses a folder it does not own
+  unless `CourseDirectory.groupshared` (its setting for instructors sharing a course), which
+  the exchange's configuration sets for root and the group's members (`instructor_side`).
 """
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from nbgrader.exchange.default.submit import ExchangeSubmit
 
 __all__ = ["PrivateSubmit", "exchange_settings", "prepare_exchange", "ExchangeProblem",
-           "COURSE_ID", "cannot_reach"]
+           "COURSE_ID", "INSTRUCTOR_GROUP", "cannot_reach", "group_problem", "instructor_gid",
+           "instructor_side"]
 
 COURSE_ID = "parlab"
+INSTRUCTOR_GROUP = "parlab-instructors"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ROOT_MODE = 0o1777                 # anyone creates, nobody renames what is not theirs
-FOLDERS = {"inbound": 0o3733,      # submit into it, never list it, never rename others'
-           "outbound": 0o755,      # the releases: everyone reads them
-           "feedback": 0o711}      # returned feedback: fetched by its hash only
+FOLDERS = {"inbound": 0o3773,      # learners submit, never list, never rename others'
+           "outbound": 0o2775,     # the releases: everyone reads them, the group writes
+           "feedback": 0o2771}     # returned feedback: fetched by its hash only
 
 
 class ExchangeProblem(RuntimeError):
@@ -49,43 +64,121 @@ def exchange_settings() -> tuple[Path, str]:
     return Path(root).resolve(), os.environ.get("PARLAB_HUB_COURSE_ID") or COURSE_ID
 
 
-def prepare_exchange(root: str | os.PathLike[str], course_id: str = COURSE_ID) -> Path:
-    """Make (as root) the exchange root and the course's folders with private modes; return
-    the course's folder. Refuses a root or course folder some other user owns (a learner
-    who made it first could read everything submitted into it)."""
-    if os.geteuid() != 0:
-        raise ExchangeProblem("the exchange is made by root (the hub runs as root under "
-                              "PARLAB_HUB_SYSTEM_USERS=1; `sudo make hub-release ...`)")
+def _group_name() -> str:
+    return os.environ.get("PARLAB_HUB_INSTRUCTOR_GROUP") or INSTRUCTOR_GROUP
+
+
+def instructor_gid(group: str | None = None) -> int:
+    """The instructors' group's id (PARLAB_HUB_INSTRUCTOR_GROUP, default parlab-instructors);
+    ExchangeProblem, naming the command that makes it, when the box has no such group."""
+    group = group or _group_name()
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ExchangeProblem(f"there is no Unix group {group!r} for the instructors: make it "
+                              f"with `groupadd {group}` and add each instructor with "
+                              f"`usermod -aG {group} <instructor>`") from None
+
+
+def group_problem(group: str, instructors: Iterable[str]) -> str | None:
+    """Why the hub cannot start with `group` as the instructors' group: it is missing, or an
+    instructor's account is missing or not in it (with the commands that fix it); else None."""
+    try:
+        gid = instructor_gid(group)
+    except ExchangeProblem as exc:
+        return str(exc)
+    members = set(grp.getgrgid(gid).gr_mem)
+    outside = []
+    for name in instructors:
+        try:
+            account = pwd.getpwnam(name)
+        except KeyError:
+            return f"the instructor {name!r} has no Unix account: `adduser {name}`"
+        if name not in members and account.pw_gid != gid:
+            outside.append(name)
+    if outside:
+        return (f"instructors not in the group {group!r}: "
+                + ", ".join(outside) + "; add them with "
+                + "; ".join(f"`usermod -aG {group} {n}`" for n in outside))
+    return None
+
+
+def instructor_side(group: str | None = None) -> bool:
+    """Whether this process is root or in the instructors' group (nbgrader's groupshared)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        gid = grp.getgrnam(group or _group_name()).gr_gid
+    except KeyError:
+        return False
+    return gid == os.getegid() or gid in os.getgroups()
+
+
+def prepare_exchange(root: str | os.PathLike[str], course_id: str = COURSE_ID,
+                     group: str | None = None) -> Path:
+    """Make (as root) the exchange root and the course's folders with private modes, the
+    course's folders given to the instructors' `group`; return the course's folder. Refuses a
+    root or course folder some other user owns (a learner who made it first could read
+    everything submitted into it). As anyone else (an instructor's `make hub-release`),
+    check instead that the hub made it so and that they are in the group."""
     if not course_id or "/" in course_id or course_id.startswith("."):
         raise ExchangeProblem(f"course id {course_id!r}: give a plain name "
                               "(PARLAB_HUB_COURSE_ID=parlab)")
+    group = group or _group_name()
+    gid = instructor_gid(group)
     root = Path(root)
     course = root / course_id
-    for folder, mode in [(root, ROOT_MODE), (course, 0o755),
-                         *((course / name, m) for name, m in FOLDERS.items())]:
-        folder.mkdir(parents=True, exist_ok=True)
-        info = folder.lstat()
+    making = os.geteuid() == 0
+    if not making and not instructor_side(group):
+        raise ExchangeProblem(f"you are not in the instructors' group {group!r}: "
+                              f"`sudo usermod -aG {group} {pwd.getpwuid(os.getuid())[0]}`, "
+                              "then log in again (or work as root)")
+    for folder, mode, owner_gid in [(root, ROOT_MODE, None), (course, 0o755, None),
+                                    *((course / n, m, gid) for n, m in FOLDERS.items())]:
+        if making:
+            folder.mkdir(parents=True, exist_ok=True)
+        try:
+            info = folder.lstat()
+        except FileNotFoundError:
+            raise ExchangeProblem(f"{folder} does not exist: the hub makes the exchange as "
+                                  "root when it starts; start it, or run this as root") from None
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
             raise ExchangeProblem(f"{folder} is not a folder of root's (owner uid "
                                   f"{info.st_uid}): someone made it before the hub; move it "
                                   "away and start again")
-        folder.chmod(mode)
+        if making:
+            if owner_gid is not None:
+                os.chown(folder, 0, owner_gid)
+            folder.chmod(mode)
+        elif stat.S_IMODE(info.st_mode) != mode or owner_gid not in (None, info.st_gid):
+            raise ExchangeProblem(f"{folder} is mode {stat.S_IMODE(info.st_mode):o}, group "
+                                  f"{info.st_gid}, not {mode:o}, group {group}: restart the "
+                                  "hub (as root), which makes it so")
     return course
 
 
 class PrivateSubmit(ExchangeSubmit):
-    """nbgrader's default submit, then the submission and its cached copy made the learner's
-    alone (folders 0700, files 0600). nbgrader's collect runs as root and reads them all;
-    fetch_feedback reads the learner's own cache, as before."""
+    """nbgrader's default submit, then the submission readable by its learner and the
+    instructors' group only (folders 0750, files 0640; nbgrader's timestamp.txt and
+    submission_secret.txt, which carry the learner's group, 0644 behind the 0750 folder), and
+    the cached copy the learner's alone (0700, 0600). Instructors collect without root."""
 
     def copy_files(self) -> None:
         super().copy_files()
         name = self.assignment_filename
         cached = name.rsplit("+", 1)[0] if self.add_random_string else name
-        for tree in (Path(self.inbound_path) / name, Path(self.cache_path) / cached):
-            self.set_perms(str(tree), fileperms=0o600, dirperms=0o700)
-        for folder in (Path(self.cache), Path(self.cache_path)):
-            folder.chmod(0o700)
+        gid = os.stat(self.inbound_path).st_gid
+        folders = []
+        for folder, _, files in os.walk(Path(self.inbound_path) / name):
+            for file in files:
+                path = os.path.join(folder, file)
+                os.chmod(path, 0o640 if os.stat(path).st_gid == gid else 0o644)
+            folders.append(folder)
+        for folder in reversed(folders):
+            os.chmod(folder, 0o750)
+        self.set_perms(str(Path(self.cache_path) / cached), fileperms=0o600, dirperms=0o700)
+        for path in (Path(self.cache), Path(self.cache_path)):
+            path.chmod(0o700)
 
 
 def cannot_reach(path: str | os.PathLike[str], *, execute: bool = False) -> str | None:

@@ -6,7 +6,8 @@
 Before a server starts (`pre_spawn`): a learner's workspace is made as `make lab` makes it
 (`parlab.hub.workspace`), the server opens on it with the learner's Jupyter configuration
 (autograder/jupyter/learner/: Validate, no instructor panels); an instructor's opens on the
-course root with the instructor's configuration (formgrader), as `make formgrader` does. The
+course root (`instructor_root`: PARLAB_COURSE_ROOT in the hub's configuration, else the
+repository) with the instructor's configuration (formgrader), as `make formgrader` does. The
 course root follows on JUPYTER_CONFIG_PATH: nbgrader (Validate, formgrader) reads its
 nbgrader_config.py from there, as it reads it from the working directory under `make lab`. The
 server takes GPUs from the allotment (`parlab.hub.allot`) and gets them as PARLAB_GPUS; with
@@ -41,6 +42,7 @@ class HubSettings:
 
     course_root: Path                      # the repository: course/, nbgrader_config.py
     workspaces: str                        # a learner's workspace, "{user}" filled in
+    instructor_root: Path | None = None    # where instructors grade (None: course_root)
     instructors: frozenset[str] = frozenset()
     allotment: Allotment | None = None     # None: no GPUs on this box
     wait_s: float = 600.0                  # under when_full="wait", how long a spawn waits
@@ -106,7 +108,7 @@ def _prepare(settings: HubSettings, spawner: Any) -> None:
     instructor = user in settings.instructors
     env["JUPYTER_CONFIG_PATH"] = settings.config_path(instructor)
     if instructor:
-        root = settings.course_root
+        root = settings.instructor_root or settings.course_root
         env["PARLAB_COURSE_ROOT"] = str(root)
     else:
         root = expand(settings.workspaces, user)
