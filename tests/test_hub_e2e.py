@@ -303,3 +303,39 @@ def test_an_idle_server_is_culled_and_its_gpus_go_back(tmp_path):
             time.sleep(1)
         assert not hub.api("GET", "/hub/api/users/bob")["servers"], "not culled in 90 s"
         assert held(hub) == {}
+
+
+def test_make_hub_serves_the_class_as_the_readme_says(tmp_path):
+    """The README's command itself, `make hub` with PARLAB_HUB_ settings given to make: it
+    prints where to log in and the passwords, answers there, and Ctrl-C (SIGINT to its
+    process group, as a terminal sends it) leaves no process behind."""
+    port, run = free_ports(3), tmp_path / "run"
+    venv = os.path.relpath(BIN.parent, ROOT)
+    proc = subprocess.Popen(["make", "-s", "hub", f"VENV={venv}", f"PARLAB_HUB_RUN={run}",
+                             f"PARLAB_HUB_PORT={port}", "PARLAB_HUB_GPUS=0,1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    base, said = f"http://127.0.0.1:{port}", ""
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(base + "/hub/login", timeout=5) as page:
+                    assert page.status == 200 and b"password" in page.read().lower()
+                    break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"`make hub` did not answer at {base}")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            said = proc.communicate(timeout=60)[0]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            said = proc.communicate()[0]
+    assert f"open {base}" in said and "learners (alice, bob, carol): password" in said, said
+    assert "GPUs: [0, 1], 2 per server" in said, said
+    deadline = time.monotonic() + 15
+    while (left := processes_of(run)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"left running after Ctrl-C: {left}"
