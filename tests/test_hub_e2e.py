@@ -216,6 +216,31 @@ def running_hub(tmp: Path, **settings: str) -> Iterator[Hub]:
     assert held(hub) == {}, "the hub stopped servers without returning their GPUs"
 
 
+@contextlib.contextmanager
+def logged_in(hub: Hub, user: str, password: str, *, then: str, name: str) -> Iterator[Any]:
+    """A Chromium page logged in to the hub as `user` (the hub's login form), sent on to
+    `then`, and waiting on their JupyterLab; artifacts/hub/<name>-failure.png if what runs
+    with it fails."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        try:
+            page.goto(hub.base + f"/hub/login?next={then}")
+            page.fill("#username_input", user)
+            page.fill("#password_input", password)
+            page.click("#login_submit")
+            page.wait_for_url(f"**/user/{user}/lab**", timeout=120_000)
+            yield page
+        except Exception:
+            page.screenshot(path=ARTIFACTS / f"{name}-failure.png")
+            raise
+        finally:
+            browser.close()
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     with running_hub(tmp_path_factory.mktemp("hub")) as started:
@@ -263,31 +288,17 @@ def test_a_learner_in_a_browser(hub):
     her server is left running for the hub's stop to end."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no {CHROMIUM} (`make browser` installs Debian's)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     password = dict(line.split(" ", 1) for line in
                     (hub.run / "passwords").read_text().splitlines())["learners"]
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        try:
-            page.goto(hub.base + "/hub/login?next=/hub/spawn")
-            page.fill("#username_input", "alice")
-            page.fill("#password_input", password)
-            page.click("#login_submit")
-            page.wait_for_url("**/user/alice/lab**", timeout=120_000)
-            page.goto(hub.base + "/user/alice/lab/tree/00_collectives/00_collectives.ipynb")
-            expect(page.get_by_role("button", name="Python 3 (ipykernel) | Idle")
-                   ).to_be_visible(timeout=120_000)
-            expect(page.get_by_role("button", name="Validate")).to_be_visible(timeout=60_000)
-            assert page.get_by_text("Formgrader").count() == 0
-            page.screenshot(path=ARTIFACTS / "alice-lab.png")
-        except Exception:
-            page.screenshot(path=ARTIFACTS / "alice-failure.png")
-            raise
-        finally:
-            browser.close()
+    with logged_in(hub, "alice", password, then="/hub/spawn", name="alice") as page:
+        page.goto(hub.base + "/user/alice/lab/tree/00_collectives/00_collectives.ipynb")
+        expect(page.get_by_role("button", name="Python 3 (ipykernel) | Idle")
+               ).to_be_visible(timeout=120_000)
+        expect(page.get_by_role("button", name="Validate")).to_be_visible(timeout=60_000)
+        assert page.get_by_text("Formgrader").count() == 0
+        page.screenshot(path=ARTIFACTS / "alice-lab.png")
     assert held(hub) == {"alice": [0, 1, 2, 3]}
 
 

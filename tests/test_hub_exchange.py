@@ -37,7 +37,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import ROOT
-from test_hub_e2e import CHROMIUM, CHROMIUM_ARGS, Hub, held, running_hub
+from test_hub_e2e import ARTIFACTS, CHROMIUM, Hub, held, logged_in, running_hub
 from unix_accounts import unix_users
 
 from parlab.grading.fake import fake_submission
@@ -57,7 +57,6 @@ LEARNERS = ["plt-alice", "plt-bob", "plt-carol"]
 TEACHER = "plt-teacher"
 GROUP = "plt-instructors"
 PASSWORD = "plt-Pass-4-hub-test"
-ARTIFACTS = ROOT / "artifacts" / "hub"
 
 
 def instructor(*args: str, env: dict[str, str], timeout: float = 300, user: str = TEACHER,
@@ -271,28 +270,12 @@ def browser_fetch(hub: Hub, user: str) -> None:
     if not Path(CHROMIUM).exists():
         action(hub, user, "fetch")
         return
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        try:
-            page.goto(hub.base + f"/hub/login?next=/user/{user}/lab")
-            page.fill("#username_input", user)
-            page.fill("#password_input", PASSWORD)
-            page.click("#login_submit")
-            page.wait_for_url(f"**/user/{user}/lab**", timeout=120_000)
-            page.get_by_text("Nbgrader", exact=True).click(timeout=60_000)
-            page.get_by_text("Assignment List", exact=True).click()
-            page.get_by_role("button", name="Fetch").first.click(timeout=60_000)
-            page.wait_for_selector("text=Downloaded assignments", timeout=60_000)
-            page.screenshot(path=ARTIFACTS / "exchange-fetch.png")
-        except Exception:
-            page.screenshot(path=ARTIFACTS / "exchange-failure.png")
-            raise
-        finally:
-            browser.close()
+    with logged_in(hub, user, PASSWORD, then=f"/user/{user}/lab", name="exchange") as page:
+        page.get_by_text("Nbgrader", exact=True).click(timeout=60_000)
+        page.get_by_text("Assignment List", exact=True).click()
+        page.get_by_role("button", name="Fetch").first.click(timeout=60_000)
+        page.wait_for_selector("text=Downloaded assignments", timeout=60_000)
+        page.screenshot(path=ARTIFACTS / "exchange-fetch.png")
     workspace = Path(pwd.getpwnam(user).pw_dir) / "parlab"
     for _ in range(60):
         if (workspace / MODULE / f"{MODULE}.ipynb").exists():
