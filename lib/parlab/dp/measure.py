@@ -10,6 +10,7 @@ and benchmarks/bench_fsdp.py compare them side by side:
     m.forward, m.backward                    # [(kind, payload bytes, wire bytes)]
     m.turn - m.before                        # bytes still held between forward and backward
     m.peak                                   # the most held at once during the step
+    m.output                                 # y, on the CPU
 
 `MemTracker` is a private PyTorch tool (torch.distributed._tools.mem_tracker, torch 2.13): it
 counts storages through a dispatch mode, so it sees FSDP2's gathered parameters, freed by
@@ -42,6 +43,7 @@ class StepMeasure:
     before: int  # held before the forward (the sharded parameters, the input)
     turn: int  # held after the forward, before the backward
     peak: int  # the most held at once, forward and backward
+    output: torch.Tensor | None = None  # y, detached, on the CPU
 
     @property
     def wire_bytes(self) -> float:
@@ -75,4 +77,5 @@ def measure_step(model: nn.Module, x: torch.Tensor,
         with comm.trace() as backward:
             (y * grad).sum().backward()
     peak = _total(tracker.get_tracker_snapshot("peak"))
-    return StepMeasure(calls(forward.events), calls(backward.events), before, turn, peak)
+    return StepMeasure(calls(forward.events), calls(backward.events), before, turn, peak,
+                       y.detach().cpu().clone())
