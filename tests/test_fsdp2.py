@@ -61,11 +61,11 @@ def _fsdp2_step(plan: tuple[bool, ...]) -> dict:
     from parlab.launch import device
 
     t, rank = dist.get_world_size(), dist.get_rank()
-    model = shard_stack(_stack(), init_device_mesh(device().type, (t,), mesh_dim_names=("dp",)),
-                        plan)
+    mesh = init_device_mesh(device().type, (t,), mesh_dim_names=("dp",))
+    model = shard_stack(_stack().to(device()), mesh, plan)
     local = {n: (str(p.placements), p.to_local().detach().clone(),
                  p.to_local().untyped_storage().nbytes()) for n, p in model.named_parameters()}
-    x, up = _inputs(rank)
+    x, up = (v.to(device()) for v in _inputs(rank))
     kept: list[bool] = []
     hook = model.register_forward_hook(lambda *_: kept.extend(
         not isinstance(m.weight, DTensor) for m in model if isinstance(m, torch.nn.Linear)))
@@ -111,17 +111,19 @@ def _turn_bytes(kind: str, keep: bool) -> int:
     from torch.distributed.device_mesh import init_device_mesh
 
     from parlab.dp import FSDPLinear, measure_step, shard_stack
+    from parlab.launch import device
 
     t = dist.get_world_size()
     flags = [not keep] * 3
+    stack = _stack().to(device())
     if kind == "fsdp2":
-        mesh = init_device_mesh("cpu", (t,), mesh_dim_names=("dp",))
-        model = shard_stack(_stack(), mesh, flags)
+        mesh = init_device_mesh(device().type, (t,), mesh_dim_names=("dp",))
+        model = shard_stack(stack, mesh, flags)
     else:
         model = torch.nn.Sequential(*[
             FSDPLinear.from_linear(m, reshard_after_forward=not keep)
-            if isinstance(m, torch.nn.Linear) else m for m in _stack()])
-    step = measure_step(model, *_inputs(dist.get_rank()))
+            if isinstance(m, torch.nn.Linear) else m for m in stack])
+    step = measure_step(model, *(x.to(device()) for x in _inputs(dist.get_rank())))
     return step.turn - step.before
 
 
@@ -154,3 +156,27 @@ def test_owners_follow_each_layout() -> None:
         rows = torch.cat([torch.full((len(c),), r) for r, c in
                           enumerate(torch.arange(out_f).chunk(t))])
         assert torch.equal(owners_dim0(out_f, in_f, t), rows[:, None].expand(-1, in_f + 1))
+
+
+def test_the_figures_draw_what_they_say() -> None:
+    """plot_shard_owners shows each layout's owners (the grids the tests above checked);
+    plot_step_bytes stacks the three parts of each row to its measured total."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from parlab.dp import owners_dim0, owners_flat
+    from parlab.widgets import plot_shard_owners, plot_step_bytes
+
+    fig = plot_shard_owners(8, 8, 3)
+    left, right = fig.axes
+    assert (left.images[0].get_array() == owners_flat(8, 8, 3).numpy()).all()
+    assert (right.images[0].get_array() == owners_dim0(8, 8, 3).numpy()).all()
+    assert "padding rows rank 2: 1" in right.get_xlabel() and "padding: 0" in left.get_xlabel()
+    rows = [{"label": "a", "forward all-gather": 1.0, "backward all-gather": 2.0,
+             "reduce-scatter": 3.0, "model": 6.0}]
+    ax = plot_step_bytes(rows).axes[0]
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert max(tops) == 6.0 and ax.get_title() and ax.get_ylabel()
+    plt.close("all")
