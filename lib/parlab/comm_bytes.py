@@ -7,9 +7,12 @@ all_to_all (t-1)/t*n of the input, send n, recv 0.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
+import torch.distributed.distributed_c10d as c10d
 
 __all__ = ["payload", "wire_bytes"]
 
@@ -26,10 +29,30 @@ def _first_tensor(x: Any) -> torch.Tensor | None:
     return None
 
 
+@functools.cache
+def _leading(kind: str) -> tuple[str, ...]:
+    """The names of the first two parameters of torch.distributed's `kind` (its tensors)."""
+    fn = getattr(c10d, kind, None)
+    try:
+        return tuple(inspect.signature(fn).parameters)[:2] if fn is not None else ()
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return ()
+
+
+def _two_tensors(kind: str, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """The call's first two arguments, given by position or by name: FSDP2 calls
+    `reduce_scatter_single(output=..., input=...)`."""
+    names = _leading(kind)
+    given = [args[i] if len(args) > i else kwargs.get(names[i]) if len(names) > i else None
+             for i in range(2)]
+    if given[0] is None and not args and not names:
+        given[0] = next(iter(kwargs.values()), None)
+    return given[0], given[1]
+
+
 def payload(kind: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor | None, int]:
     """The tensor to describe and the payload bytes n used by the cost formulas."""
-    a0 = args[0] if args else next(iter(kwargs.values()), None)
-    a1 = args[1] if len(args) > 1 else None
+    a0, a1 = _two_tensors(kind, args, kwargs)
     if kind in ("all_gather", "reduce_scatter"):  # list forms: full = sum of the list
         full = a0 if kind == "all_gather" else a1
         if isinstance(full, (list, tuple)):

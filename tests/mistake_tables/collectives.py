@@ -10,7 +10,7 @@ MODULE = "00_collectives"
 RING = ("check_ring_allreduce", "check_ring_allreduce_float64")
 TABLE = Table(
     module=MODULE,
-    answers=2,
+    answers=3,
     checks={
         "check_ring_allreduce": lambda ns, t: colcheck.check_ring_allreduce(
             ns.ring_allreduce, world_size=t, quiet=True),
@@ -19,17 +19,23 @@ TABLE = Table(
         "check_intensities": lambda ns, t: colcheck.check_intensities(
             ns.tp_intensity, ns.dp_intensity, ns.link_requirement, quiet=True),
         "check_placement": lambda ns, t: colcheck.check_placement(ns.placement, quiet=True),
+        "check_device_mesh": lambda ns, t: colcheck.check_device_mesh(
+            ns.make_device_mesh, world_size=t, quiet=True),
         **{f"hidden:{gid}": hidden(MODULE, gid) for gid in (
             "ring_allreduce_test", "interconnect_intensities_test",
-            "interconnect_placement_test")},
+            "interconnect_placement_test", "device_mesh_test")},
     },
-    sizes={check: (2, 4) for check in RING},
-    where={check: ("rank ",) for check in (*RING, "hidden:ring_allreduce_test")},
+    sizes={**{check: (2, 4) for check in RING}, "check_device_mesh": (4,)},
+    where={check: ("rank ",) for check in (*RING, "hidden:ring_allreduce_test",
+                                           "check_device_mesh", "hidden:device_mesh_test")},
     required=frozenset({  # issue 16: a hole each, then foreseeable mistakes (issue 15.2)
         "ring_modifies_input", "ring_float32_buffers", "ring_view_chunks",
         "intensity_wraps_costs", "placement_uses_headroom", "dp_intensity_bf16_bytes",
         "tp_intensity_hard_coded", "ring_uses_all_reduce", "ring_skips_all_gather",
-        "ring_adds_in_all_gather", "ring_blocking_send_first", "ring_whole_tensors"}),
+        "ring_adds_in_all_gather", "ring_blocking_send_first", "ring_whole_tensors",
+        # issue 45: DeviceMesh's own pitfalls (order, names, device type, dims left out)
+        "mesh_dims_reversed", "mesh_names_reversed", "mesh_other_names", "mesh_on_cuda",
+        "mesh_drops_unit_dims", "mesh_grid_transposed", "mesh_sizes_hard_coded"}),
     reexports={
         "alias_tp": ("check_intensities",
                      "from parlab.costs import tp_flops_per_byte as tp_intensity"),

@@ -5,11 +5,12 @@ tests/test_mistakes.py)."""
 from mistakes import Table, hidden
 
 from parlab.check import fsdp as fsdpcheck
+from parlab.check.fsdp.fully_shard import VISIBLE
 
 MODULE = "01_memory_and_sharding"
 TABLE = Table(
     module=MODULE,
-    answers=3,
+    answers=4,
     checks={
         "check_state_bytes": lambda ns, t: fsdpcheck.check_state_bytes(
             ns.state_bytes, ns.practice, quiet=True),
@@ -20,17 +21,25 @@ TABLE = Table(
             ns.FSDPLinear, world_size=t, quiet=True),
         "check_reshard_plan": lambda ns, t: fsdpcheck.check_reshard_plan(
             ns.plan_reshard, quiet=True),
+        "check_fully_shard": lambda ns, t: fsdpcheck.check_fully_shard(
+            ns.shard_model, ns.full_grads, world_size=t, **VISIBLE[t], quiet=True),
         **{f"hidden:{gid}": hidden(MODULE, gid) for gid in (
-            "state_bytes_test", "fsdp_shards_test", "fsdp_layer_test", "reshard_test")},
+            "state_bytes_test", "fsdp_shards_test", "fsdp_layer_test", "reshard_test",
+            "fully_shard_test")},
     },
-    sizes={"check_flat_shards": (2, 4), "check_fsdp_layer": (2, 4)},
+    sizes={"check_flat_shards": (2, 4), "check_fsdp_layer": (2, 4),
+           "check_fully_shard": tuple(VISIBLE)},  # 3 ranks, then 4 with a (dp, tp) mesh
     where={check: ("rank ",) for check in (
         "check_flat_shards", "check_fsdp_layer", "hidden:fsdp_shards_test",
-        "hidden:fsdp_layer_test")},
+        "hidden:fsdp_layer_test", "check_fully_shard", "hidden:fully_shard_test")},
     required=frozenset({
         "grads_allreduced", "gathered_weight_kept", "shard_wrong_offset",  # issue 9
         "shard_is_view", "shard_size_hard_coded", "grads_divided_in_place",  # 16
-        "state_wraps_costs", "plan_wraps_reference", "plan_sorts_sizes_in_place"}),
+        "state_wraps_costs", "plan_wraps_reference", "plan_sorts_sizes_in_place",
+        # issue 45: fully_shard's own pitfalls
+        "fully_shard_root_only", "fully_shard_plan_inverted", "fully_shard_no_mesh",
+        "fully_shard_no_root", "fully_shard_plan_ignored", "fully_shard_plan_reversed",
+        "full_grads_dtensor", "full_grads_local_shard"}),
     reexports={
         "alias_layer": ("check_fsdp_layer", "from parlab.dp.fsdp import FSDPLinear"),
         "subclass_layer": ("check_fsdp_layer", """
@@ -64,6 +73,13 @@ TABLE = Table(
             def plan_reshard(sizes, budget):
                 return parlab.dp.plan_reshard(sizes, budget)
         """),
+        "alias_fully_shard": ("check_fully_shard",
+                              "from parlab.dp.fsdp2 import shard_stack as shard_model"),
+        "wrapped_fully_shard": ("check_fully_shard", """
+            import parlab.dp
+            def shard_model(model, mesh, plan):
+                return parlab.dp.shard_stack(model, mesh, plan)
+        """),
         "alias_state": ("check_state_bytes",
                         "from parlab.costs import training_state_bytes as state_bytes"),
         "wrapped_state": ("check_state_bytes", """
@@ -74,5 +90,6 @@ TABLE = Table(
     },
     same_refusal=(("alias_layer", "wrapped_layer"), ("alias_layer", "subclass_layer"),
                   ("alias_shard", "wrapped_shard"), ("alias_shard", "wrapped_gather"),
-                  ("alias_plan", "wrapped_plan"), ("alias_state", "wrapped_state")),
+                  ("alias_plan", "wrapped_plan"), ("alias_state", "wrapped_state"),
+                  ("alias_fully_shard", "wrapped_fully_shard")),
 )

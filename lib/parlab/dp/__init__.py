@@ -18,10 +18,20 @@ from parlab.dp.fsdp import (
     shard_bounds,
     take_shard,
 )
+from parlab.dp.fsdp2 import (
+    dim0_rows,
+    gathered_numel,
+    owners_dim0,
+    owners_flat,
+    shard_stack,
+    step_bytes,
+)
+from parlab.dp.measure import StepMeasure, measure_step
 from parlab.dp.zero1 import ZeRO1
 
 __all__ = [
     "BucketedDDP", "Bucket", "DDPStats", "make_buckets", "ZeRO1",
     "shard_bounds", "take_shard", "gather_flat_params", "reduce_scatter_flat_grads", "FSDPLinear",
-    "reshard_bytes", "plan_reshard",
+    "reshard_bytes", "plan_reshard", "dim0_rows", "gathered_numel", "step_bytes", "owners_flat",
+    "owners_dim0", "shard_stack", "StepMeasure", "measure_step",
 ]

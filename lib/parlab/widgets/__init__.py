@@ -4,8 +4,10 @@ Each explorer is three plain functions plus a constructor (`explorer.Explorer`):
 `*_summary(**controls) -> dict`, `describe_*(summary) -> str`, `plot_*(summary) -> Figure`.
 
 - `interconnect` (module 00), `figures` (module 00's pictures of the collectives), `memory`
-  (01), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06), `plan` (07), `whole` (08: the
-  3D rank grid with its links, memory per GPU as recomputation and ZeRO change),
+  (01), `fsdp2` (01: which rank holds which element in the course's layer and in FSDP2, the
+  bytes of a step side by side), `tp` (02), `sp` (03), `pp` (04), `cp` (05), `moe` (06),
+  `plan` (07), `whole` (08: the 3D rank grid with its links, memory per GPU as recomputation
+  and ZeRO change),
   `whole_trace` (08: one traced 3D step, rank by rank),
   `checkpoint` (09: which piece of which tensor a distributed checkpoint holds in which file),
   `checkpoint_policy` (09: the save interval against the failure rate, sync or async saves,
@@ -42,6 +44,7 @@ from parlab.widgets.figures import (
     plot_allreduce_time,
     ring_allreduce_states,
 )
+from parlab.widgets.fsdp2 import plot_shard_owners, plot_step_bytes
 from parlab.widgets.interconnect import (
     CUSTOM,
     LINK_PRESETS_GBPS,
@@ -116,4 +119,5 @@ __all__ = [
     "h100_cluster", "classify", "last_step", "plot_step_trace",
     "Piece", "checkpoint_pieces", "describe_checkpoint", "plot_checkpoint",
     "policy_summary", "describe_policy", "plot_policy", "policy_explorer", "plot_save_stalls",
+    "plot_shard_owners", "plot_step_bytes",
 ]
