@@ -58,18 +58,18 @@ def _wait_for(path, text: str, timeout: float) -> None:
 
 def test_a_run_requeued_at_its_time_limit_resumes_with_the_losses_of_one_that_never_stopped(
         tasks_only_cluster):
-    slurm_cluster = tasks_only_cluster
-    work = slurm_cluster.tmp / f"train-{secrets.token_hex(3)}"
+    slurm = tasks_only_cluster
+    work = slurm.tmp / f"train-{secrets.token_hex(3)}"
     work.mkdir()
     log = work / "train.out"
     env = {"CKPT": str(work / "ckpt"), "RDZV_PORT": str(cluster.free_ports(1)[0])}
     try:
         # as the README says: from the repository's root (the log and checkpoints elsewhere)
-        job = slurm_cluster.sbatch(f"--output={log}", f"--export=ALL,{_pairs(env)}",
-                                   "scripts/train.sbatch", *ARGS, cwd=ROOT)
-        _wait_for(log, f"iteration    2/{ITERS}", timeout=120)
-        slurm_cluster.run("scancel", "--batch", "--signal=USR1", str(job))
-        fields = slurm_cluster.wait(job, timeout=150)
+        job = slurm.sbatch(f"--output={log}", f"--export=ALL,{_pairs(env)}",
+                           "scripts/train.sbatch", *ARGS, cwd=ROOT)
+        _wait_for(log, f"iteration    2/{ITERS}", timeout=180)
+        slurm.run("scancel", "--batch", "--signal=USR1", str(job))
+        fields = slurm.wait(job, timeout=240)
         out = log.read_text()
         said = f"job {fields['JobState']}, exit {fields['ExitCode']}, " \
                f"{fields['Restarts']} requeue(s); its log:\n{_tidy(out)}"
@@ -90,6 +90,7 @@ def test_a_run_requeued_at_its_time_limit_resumes_with_the_losses_of_one_that_ne
             f"{single[worst]:.6f}\n{said}")
         assert f"tolerance {TOLERANCE:.0e}: OK" in out, said  # the job's own --check
     finally:
+        slurm.cancel_all()  # after a failure: nothing writes to `work` any more
         shutil.rmtree(work)
 
 
