@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 MODULES := $(notdir $(patsubst %/,%,$(wildcard solutions/*/)))
 NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 
-.PHONY: lab hub hub-gpus test-hub test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
+.PHONY: lab hub hub-gpus test-hub test-cluster test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
 setup: $(VENV)/.installed
@@ -139,6 +139,25 @@ test-hub:
 	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(HUB_TEST_VENV)/bin/python -m pytest -q tests/test_hub_e2e.py \
 	  tests/test_hub_exchange.py tests/test_hub_allot.py $(PYTEST_ARGS)
+
+# A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
+# node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of
+# their own, one cluster for the whole session, stopped at its end with nothing left behind.
+# tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a job as
+# an ordinary Unix user (README.md, "Running on a Slurm cluster"). As root; about 2 minutes
+# on 2 cores, so not part of `make test`. Debian's slurm-wlm and munge are installed where
+# apt-get, root or passwordless sudo allow (on a machine with systemd the packages also
+# enable munge.service, which the tests do not use); otherwise it says so and the tests skip.
+.PHONY: slurm
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
+	  echo "installing Debian's slurm-wlm and munge for make test-cluster"; \
+	  { $(AS_ROOT) apt-get update -qq && $(AS_ROOT) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends slurm-wlm munge; } >/dev/null 2>&1 \
+	  || echo "could not install slurm-wlm and munge: the cluster tests will skip"; }
+
+test-cluster: setup slurm
+	PARLAB_TEST_CLUSTER=1 $(PY) -m pytest -q -rs tests/test_cluster*.py $(PYTEST_ARGS)
 
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)

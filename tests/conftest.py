@@ -126,3 +126,17 @@ def close_figures():
     yield
     if (plt := sys.modules.get("matplotlib.pyplot")) is not None:
         plt.close("all")
+
+
+# --- a real Slurm for `make test-cluster` (tests/cluster.py) ----------------------------------
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """One test cluster (two nodes on this host) shared by every cluster test of the session;
+    they skip, saying why, where none can start (not root, Slurm or munge not installed)."""
+    import cluster
+
+    why = cluster.missing()
+    if why:
+        pytest.skip(f"no Slurm test cluster: {why}")
+    with cluster.running_cluster() as running:
+        yield running
