@@ -1,7 +1,9 @@
-"""Module 01. The `hidden:<grade id>` checks run that test cell of the solutions notebook,
-hidden tests included, as the grader does (so their solutions' controls are the course run's:
-tests/test_mistakes.py)."""
+"""Module 01. The `check_*` entries call the checks as the visible tests do (the shards also
+in float64 on 3 ranks, the plan with 10 random cases); the `hidden:<grade id>` checks run that
+test cell of the solutions notebook, hidden tests included, as the grader does (so their
+solutions' controls are the course run's: tests/test_mistakes.py)."""
 
+import torch
 from mistakes import Table, hidden
 
 from parlab.check import fsdp as fsdpcheck
@@ -18,19 +20,24 @@ TABLE = Table(
             quiet=True),
         "check_fsdp_layer": lambda ns, t: fsdpcheck.check_fsdp_layer(
             ns.FSDPLinear, world_size=t, quiet=True),
+        "check_flat_shards_float64": lambda ns, t: fsdpcheck.check_flat_shards(
+            ns.take_shard, ns.all_gather_flat, ns.reduce_scatter_flat, world_size=t,
+            numel=24, seed=5, dtype=torch.float64, quiet=True),  # the visible test's 2nd call
         "check_reshard_plan": lambda ns, t: fsdpcheck.check_reshard_plan(
-            ns.plan_reshard, quiet=True),
+            ns.plan_reshard, random_cases=10, seed=3, quiet=True),  # as the visible test
         **{f"hidden:{gid}": hidden(MODULE, gid) for gid in (
             "state_bytes_test", "fsdp_shards_test", "fsdp_layer_test", "reshard_test")},
     },
-    sizes={"check_flat_shards": (2, 4), "check_fsdp_layer": (2, 4)},
+    sizes={"check_flat_shards": (2, 4), "check_fsdp_layer": (2, 4),
+           "check_flat_shards_float64": (3,)},
     where={check: ("rank ",) for check in (
-        "check_flat_shards", "check_fsdp_layer", "hidden:fsdp_shards_test",
-        "hidden:fsdp_layer_test")},
+        "check_flat_shards", "check_fsdp_layer", "check_flat_shards_float64",
+        "hidden:fsdp_shards_test", "hidden:fsdp_layer_test")},
     required=frozenset({
         "grads_allreduced", "gathered_weight_kept", "shard_wrong_offset",  # issue 9
         "shard_is_view", "shard_size_hard_coded", "grads_divided_in_place",  # 16
-        "state_wraps_costs", "plan_wraps_reference", "plan_sorts_sizes_in_place"}),
+        "state_wraps_costs", "plan_wraps_reference", "plan_sorts_sizes_in_place",
+        "gathered_float32_buffers", "plan_whole_megabytes"}),  # 44.1: dtype, fractional sizes
     reexports={
         "alias_layer": ("check_fsdp_layer", "from parlab.dp.fsdp import FSDPLinear"),
         "subclass_layer": ("check_fsdp_layer", """
