@@ -11,6 +11,13 @@ and `keep_mask(experts, num_experts, capacity)` (the worked example written out 
 routings, exactly, with `experts` left as it was).
 
 While the learner's code runs, parlab.moe's functions refuse to run (`common.references`).
+
+A right answer does not depend on, and the tests vary: N, C, E and k (the router: 4 routings
+with k = 1, 2, 3 and E = 4, 6, 8; the capacity: 8 sizes, fractional products among them; the
+keep mask: the worked example and 4 routings with k = 1, 2, 3), the router's skew and the
+seed, the upstream gradient of the gates (random, so its backward is checked through it);
+the hidden tests add `random_cases` drawn from `seed` (other sizes, E up to 16, k up to 4).
+Fixed: float64.
 """
 
 from __future__ import annotations
@@ -47,6 +54,21 @@ KEEP_INPUT = ("keep_mask must not change the routing it is given: build the queu
 
 ROUTINGS = ((12, 8, 4, 2, 1, 0.0), (16, 8, 8, 2, 2, 3.0), (10, 6, 4, 1, 3, 1.0),
             (9, 8, 8, 3, 4, 0.5))  # tokens N, hidden C, experts E, k, seed, skew
+
+
+def _random_routings(count: int, seed: int) -> list[tuple[int, int, int, int, int, float]]:
+    """(N, C, E, k, seed, skew) of `count` routings drawn from `seed`, beside ROUTINGS."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+    out = []
+    for i in range(count):
+        e = draw(2, 16)
+        out.append((draw(3, 24), draw(2, 10), e, draw(1, min(4, e)), 100 * seed + i,
+                    0.5 * draw(0, 6)))
+    return out
 
 
 def _router_case(n: int, c: int, e: int, seed: int, skew: float) -> tuple[torch.Tensor, ...]:
@@ -131,14 +153,18 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
 
 
 @exercise(KEYS["router"])
-def check_router(router: Callable, *, quiet: bool = False) -> None:
-    """router(x, weight, k) -> (gates (N, k), experts (N, k), aux) against parlab.moe."""
+def check_router(router: Callable, *, random_cases: int = 0, seed: int = 0,
+                 quiet: bool = False) -> None:
+    """router(x, weight, k) -> (gates (N, k), experts (N, k), aux) against parlab.moe, on
+    ROUTINGS and `random_cases` more drawn from `seed`."""
     not_reexport(router, name="router")
-    for case in ROUTINGS:
+    cases = [*ROUTINGS, *_random_routings(random_cases, seed)]
+    for case in cases:
         _one_routing(router, *case)
     if not quiet:
-        print("router OK: experts, gates, balance loss and their gradients match parlab.moe on "
-              "4 routings (k = 1, 2, 3; up to 8 experts)")
+        print(f"router OK: experts, gates, balance loss and their gradients match parlab.moe on "
+              f"{len(cases)} routings (k = 1, 2, 3; up to 8 experts"
+              f"{'; and random ones' if random_cases else ''})")
 
 
 # --- exercise 2: capacity -----------------------------------------------------------------
@@ -162,10 +188,23 @@ def _token_major(experts: torch.Tensor, e: int, cap: int) -> torch.Tensor:
     return keep
 
 
-def _check_expert_capacity(expert_capacity: Callable) -> None:
+def _capacities(random_cases: int, seed: int) -> list[tuple[int, int, int, float]]:
+    """CAPACITIES, then `random_cases` (N, E, k, phi) drawn from `seed`."""
+    gen = torch.Generator().manual_seed(2000 + seed)
+    out = list(CAPACITIES)
+    for _ in range(random_cases):
+        n, e = (int(v) for v in torch.randint(1, 4097, (2,), generator=gen))
+        k = 1 + int(torch.randint(0, 8, (), generator=gen))
+        phi = round(0.1 + 3.9 * float(torch.rand((), generator=gen)), 3)
+        out.append((n, 1 + e % 256, k, phi))
+    return out
+
+
+def _check_expert_capacity(expert_capacity: Callable, random_cases: int = 0,
+                           seed: int = 0) -> None:
     from parlab.moe.layer import expert_capacity as ref_cap
 
-    for n, e, k, phi in CAPACITIES:
+    for n, e, k, phi in _capacities(random_cases, seed):
         label = f"expert_capacity(n_tokens={n}, num_experts={e}, k={k}, capacity_factor={phi})"
         got = call_learner("expert_capacity", expert_capacity, n, e, k, phi,
                            refuse=references(), refusal=REFUSAL)
@@ -179,12 +218,20 @@ def _check_expert_capacity(expert_capacity: Callable) -> None:
         assert_equal(got, want, name=label, hint=hint)
 
 
-def _keep_cases() -> list[tuple[torch.Tensor, int, int, torch.Tensor]]:
+def _keep_cases(random_cases: int = 0,
+                seed: int = 0) -> list[tuple[torch.Tensor, int, int, torch.Tensor]]:
     from parlab.moe.layer import keep_mask as ref_keep
 
     cases = [(WORKED, 4, 3, WORKED_KEEP)]
     gen = torch.Generator().manual_seed(5)
-    for n, e, k, cap in ((12, 4, 2, 4), (16, 8, 2, 2), (10, 4, 1, 2), (9, 8, 3, 3)):
+    sizes = [(12, 4, 2, 4), (16, 8, 2, 2), (10, 4, 1, 2), (9, 8, 3, 3)]
+    drawn = torch.Generator().manual_seed(1000 + seed)
+    for _ in range(random_cases):
+        n, e = (int(v) for v in torch.randint(4, 25, (2,), generator=drawn))
+        e = 2 + e % 15
+        k = 1 + int(torch.randint(0, min(4, e), (), generator=drawn))
+        sizes.append((n, e, k, 1 + int(torch.randint(0, n * k // e + 1, (), generator=drawn))))
+    for n, e, k, cap in sizes:
         ex = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(n)])
         ex[: n // 2, 0] = 0  # a popular expert, so that some choices are dropped
         cases.append((ex, e, cap, ref_keep(ex, num_experts=e, capacity=cap)))
@@ -192,12 +239,14 @@ def _keep_cases() -> list[tuple[torch.Tensor, int, int, torch.Tensor]]:
 
 
 @exercise(KEYS["capacity"])
-def check_capacity(expert_capacity: Callable, keep_mask: Callable, *, quiet: bool = False) -> None:
-    """expert_capacity and keep_mask, exactly, on the worked example and seeded routings."""
+def check_capacity(expert_capacity: Callable, keep_mask: Callable, *, random_cases: int = 0,
+                   seed: int = 0, quiet: bool = False) -> None:
+    """expert_capacity and keep_mask, exactly, on the worked example and seeded routings, and
+    `random_cases` more of each drawn from `seed`."""
     not_reexport(expert_capacity, name="expert_capacity")
     not_reexport(keep_mask, name="keep_mask")
-    _check_expert_capacity(expert_capacity)
-    for ex, e, cap, want in _keep_cases():
+    _check_expert_capacity(expert_capacity, random_cases, seed)
+    for ex, e, cap, want in _keep_cases(random_cases, seed):
         given = ex.clone()
         got = call_learner("keep_mask", keep_mask, given, e, cap, refuse=references(),
                            refusal=REFUSAL)
@@ -210,5 +259,6 @@ def check_capacity(expert_capacity: Callable, keep_mask: Callable, *, quiet: boo
                      hint=hint or "an expert keeps the first `capacity` assignments in the "
                      "order (choice, token); count per expert with a running total")
     if not quiet:
-        print(f"expert_capacity and keep_mask OK: {len(CAPACITIES)} capacities (fractional "
-              "ones rounded up), the worked example and 4 seeded routings, exactly")
+        print(f"expert_capacity and keep_mask OK: {len(CAPACITIES) + random_cases} capacities "
+              "(fractional ones rounded up), the worked example and "
+              f"{4 + random_cases} seeded routings, exactly")
