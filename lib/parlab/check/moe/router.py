@@ -2,7 +2,7 @@ r"""Graded checks of module 06, exercises 1 and 2 (one process, float64).
 
 Exercise 1, the router: `router(x, weight, k) -> (gates, experts, aux)` against
 `parlab.moe.route` / `balance_loss` (rtol 1e-10): experts exactly (largest first), gates, the
-auxiliary loss $E\sum_e f_e P_e$, and the gradients of $\sum g \cdot u + L_\text{aux}$ with
+auxiliary loss $E\sum_e f_e P_e$, and the gradients of $\sum g \cdot u + \alpha L_\text{aux}$ with
 respect to x and the router weight, on four routings (k = 1, 2, 3; up to 8 experts; skewed
 routers), with x and the weight left as they were.
 Exercise 2, capacity: `expert_capacity(n_tokens, num_experts, k, capacity_factor)` (an int;
@@ -15,7 +15,8 @@ While the learner's code runs, parlab.moe's functions refuse to run (`common.ref
 A right answer does not depend on, and the tests vary: N, C, E and k (the router: 4 routings
 with k = 1, 2, 3 and E = 4, 6, 8; the capacity: 8 sizes, fractional products among them; the
 keep mask: the worked example and 4 routings with k = 1, 2, 3), the router's skew and the
-seed, the upstream gradient of the gates (random, so its backward is checked through it);
+seed, the upstream gradients (the gates' random, the balance loss's ALPHA = 0.01, as it is
+weighted in training: neither is 1);
 the hidden tests add `random_cases` drawn from `seed` (other sizes, E up to 16, k up to 4).
 Fixed: float64.
 """
@@ -46,6 +47,8 @@ TOKEN_MAJOR = ("serve the assignments choice first: every token's first choice, 
                "order, before any token's second choice (experts.t().flatten()), so a second "
                "choice never takes the slot of a first choice")
 CEIL = "the capacity is rounded up: math.ceil(capacity_factor * n_tokens * k / num_experts)"
+ALPHA = 0.01  # the balance loss's weight in the training loss (Switch Transformer's): the aux's
+# upstream gradient is not 1, as the gates' (u, random) is not
 KEEP_INPUT = ("keep_mask must not change the routing it is given: build the queue order from a "
               "copy (experts.t().flatten() is one) and return a new mask")
 
@@ -93,7 +96,7 @@ def _wrong_aux(x: torch.Tensor, w: torch.Tensor, experts: torch.Tensor,
 def _routed(router: Callable, x: torch.Tensor, w: torch.Tensor, up: torch.Tensor, k: int,
             label: str) -> dict:
     """The learner's side of one routing (on_learner_side): its router on copies of x and the
-    weight, then backward of sum(gates * u) + aux through its graph; plain data back."""
+    weight, then backward of sum(gates * u) + ALPHA * aux through its graph; plain data back."""
     xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
     out = call_learner(label, router, xl, wl, k, refuse=references(), refusal=REFUSAL)
     expect_type(out, tuple, name=label, what="a tuple (gates, experts, aux)")
@@ -106,7 +109,8 @@ def _routed(router: Callable, x: torch.Tensor, w: torch.Tensor, up: torch.Tensor
     backward = ("", "")  # its failure (message, traceback), raised after the values
     if graphs and g_l.shape == (x.shape[0], k) and a_t.numel() == 1:
         try:
-            call_learner(f"backward of {label}", (g_l * up[:, :k]).sum().add(a_t).backward,
+            loss = (g_l * up[:, :k]).sum().add(ALPHA * a_t.reshape(()))
+            call_learner(f"backward of {label}", loss.backward,
                          refuse=references(), refusal=REFUSAL)
         except CheckFailed as exc:
             backward = (str(exc), exc.learner_traceback)
@@ -123,7 +127,7 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     gates, experts, probs = route(xr, wr, k=k)
     aux = balance_loss(probs, experts, num_experts=e)
-    (gates * up[:, :k]).sum().add(aux).backward()
+    (gates * up[:, :k]).sum().add(ALPHA * aux).backward()
     got = on_learner_side(_routed, router, x, w, up, k, label)
     assert_unchanged(x, got["x"], name="x")
     assert_unchanged(w, got["w"], name="weight")
@@ -147,7 +151,8 @@ def _one_routing(router: Callable, n: int, c: int, e: int, k: int, seed: int,
     for name, grad, ref in (("x", got["grads"][0], xr.grad), ("weight", got["grads"][1],
                                                                wr.grad)):
         assert ref is not None
-        assert_close(grad, ref, name=f"{label}: grad of sum(gates * u) + aux w.r.t. {name}",
+        assert_close(grad, ref, name=f"{label}: grad of sum(gates * u) + {ALPHA:g} * aux "
+                     f"w.r.t. {name}",
                      **F64_TOL, hint="use torch.topk (differentiable in its values) and keep "
                      "everything in torch")
 
