@@ -81,7 +81,7 @@ def rows_hint(rows: int, vocab: int, t: int) -> str:
 def grad_story(c: float | None, *, up: float, tokens: int, t: int) -> str:
     """The likely mistake of a logits gradient that is c times the right one (None: not a
     multiple): every known mistake that gives this c, all of them named when several do."""
-    if c is None:
+    if c is None or abs(c - 1) < 1e-3:
         return BACKWARD
     stories = [(1 / up, GRAD_OUTPUT), (float(tokens), NOT_DIVIDED),
                (tokens / up, NOT_DIVIDED + "; and " + GRAD_OUTPUT),
