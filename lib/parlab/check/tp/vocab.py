@@ -20,7 +20,8 @@ all-reduces) the logits is refused for its bytes, with right values.
 
 A right answer does not depend on, and the tests vary:
 - the world size t, V, and whether t divides V: visible 2 ranks with V = 37 (padded to 38) and
-  3 ranks with V = 36 (no padding); hidden 3 ranks with V = 37 (padded to 39), 4 with V = 36;
+  V = 36 (no padding), in one launch (`vocab=(37, 36)`); hidden 3 ranks with V = 37 (padded
+  to 39), 4 with V = 36;
 - which rank holds an id or a target: every id is looked up, targets 0 and V - 1 included;
 - the upstream gradient: random per entry (exercise 7), a random scalar and 1/8 (exercise 8);
 - the tokens' number and shape ((2, 6) and (3, 5)) and the logits' size (ordinary, near 1e4);
@@ -85,9 +86,18 @@ def _table(vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return table, ids, torch.randn(2, vocab, HID, generator=gen, dtype=torch.float64)
 
 
-def _embedding_worker(cls: type, vocab: int) -> dict:
+def _sizes(vocab: int | tuple[int, ...]) -> tuple[int, ...]:
+    """The vocabulary sizes one check runs, in one launch (padded and not, e.g. (37, 36))."""
+    return (vocab,) if isinstance(vocab, int) else tuple(vocab)
+
+
+def _embedding_worker(cls: type, vocabs: tuple[int, ...]) -> list[dict]:
     rank, t, dev = env()
     _refuse()
+    return [_embedding_one(cls, vocab, rank, t, dev) for vocab in vocabs]
+
+
+def _embedding_one(cls: type, vocab: int, rank: int, t: int, dev: torch.device) -> dict:
     table, ids, up = (x.to(dev) for x in _table(vocab))
     n = vh.padded_rows(vocab, t)
     given = table.clone()
@@ -154,18 +164,22 @@ def _compare_embedding(results: list[dict], vocab: int, t: int) -> None:
 
 
 @exercise(KEY_EMBEDDING, needs=F_G)
-def check_vocab_embedding(cls: type, *, world_size: int = 2, vocab: int = 37,
+def check_vocab_embedding(cls: type, *, world_size: int = 2, vocab: int | tuple[int, ...] = 37,
                           timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
-    """Exercise 7: cls(embedding) on `world_size` ranks against F.embedding (module doc)."""
+    """Exercise 7: cls(embedding) on `world_size` ranks against F.embedding, for each V in
+    `vocab` (one launch; module doc)."""
     reject_reference(cls, "VocabParallelEmbedding")
-    results = run_checked(_embedding_worker, world_size, cls, vocab,
+    vocabs, t = _sizes(vocab), world_size
+    results = run_checked(_embedding_worker, t, cls, vocabs,
                           what="VocabParallelEmbedding", timeout=timeout, hang_hint=vh.HANG)
-    _compare_embedding(results, vocab, world_size)
+    for i, v in enumerate(vocabs):
+        _compare_embedding([res[i] for res in results], v, t)
     if not quiet:
-        n = vh.padded_rows(vocab, world_size)
-        print(f"VocabParallelEmbedding OK on {world_size} ranks: V = {vocab} padded to "
-              f"{n * world_size}, {n} rows each; the lookup of every id matches F.embedding "
-              "and each rank's rows get their share of the gradient, one all-reduce forward")
+        tables = "; ".join(f"V = {v} padded to {vh.padded_rows(v, t) * t}, "
+                           f"{vh.padded_rows(v, t)} rows each" for v in vocabs)
+        print(f"VocabParallelEmbedding OK on {t} ranks: {tables}; the lookup of every id "
+              "matches F.embedding and each rank's rows get their share of the gradient, one "
+              "all-reduce forward")
 
 
 def _logits(vocab: int, t: int, extreme: bool,
@@ -188,9 +202,13 @@ def _upstream(up: float) -> str:
             f"1/{MICRO_BATCHES}" if up == 1 / MICRO_BATCHES else f"upstream gradient {up:g}")
 
 
-def _loss_worker(fn: Callable, vocab: int) -> list[dict]:
+def _loss_worker(fn: Callable, vocabs: tuple[int, ...]) -> list[list[dict]]:
     rank, t, dev = env()
     _refuse()
+    return [_loss_one(fn, vocab, rank, t, dev) for vocab in vocabs]
+
+
+def _loss_one(fn: Callable, vocab: int, rank: int, t: int, dev: torch.device) -> list[dict]:
     out = []
     for extreme, tokens in CASES:
         full, target, up = _logits(vocab, t, extreme, tokens)
@@ -247,20 +265,24 @@ def _compare_loss(results: list[dict], vocab: int, t: int, extreme: bool,
 
 
 @exercise(KEY_LOSS)
-def check_vocab_cross_entropy(fn: Callable[..., Any], *, world_size: int = 2, vocab: int = 37,
+def check_vocab_cross_entropy(fn: Callable[..., Any], *, world_size: int = 2,
+                              vocab: int | tuple[int, ...] = 37,
                               timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
     """Exercise 8: fn(logits_shard, target, vocab_size) on `world_size` ranks against
-    F.cross_entropy, ordinary and extreme logits, and the bytes it sends (module doc)."""
+    F.cross_entropy, ordinary and extreme logits, for each V in `vocab` (one launch), and the
+    bytes it sends (module doc)."""
     reject_reference(fn, "vocab_parallel_cross_entropy")
-    results = run_checked(_loss_worker, world_size, fn, vocab,
-                          what="vocab_parallel_cross_entropy", timeout=timeout,
-                          hang_hint=vh.HANG)
-    for case, (extreme, tokens) in enumerate(CASES):
-        _compare_loss([res[case] for res in results], vocab, world_size, extreme, tokens)
+    vocabs, t = _sizes(vocab), world_size
+    results = run_checked(_loss_worker, t, fn, vocabs, what="vocab_parallel_cross_entropy",
+                          timeout=timeout, hang_hint=vh.HANG)
+    for i, v in enumerate(vocabs):
+        for case, (extreme, tokens) in enumerate(CASES):
+            _compare_loss([res[i][case] for res in results], v, t, extreme, tokens)
     if not quiet:
-        n = vh.padded_rows(vocab, world_size)
-        print(f"vocab_parallel_cross_entropy OK on {world_size} ranks: {n} of {n * world_size} "
-              f"columns each (V = {vocab}, the padding excluded), loss and gradient match "
+        cols = "; ".join(f"{vh.padded_rows(v, t)} of {vh.padded_rows(v, t) * t} columns each "
+                         f"for V = {v}" for v in vocabs)
+        print(f"vocab_parallel_cross_entropy OK on {t} ranks: {cols} (the padding excluded), "
+              "loss and gradient match "
               "F.cross_entropy for ordinary logits and logits near 1e4, with upstream "
               f"gradients other than 1 (1/{MICRO_BATCHES} included), with one number per token "
               "per all-reduce")
