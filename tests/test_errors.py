@@ -179,3 +179,19 @@ def test_a_stub_reached_by_a_kernel_check_shows_its_own_line_only():
     assert not any("parlab" in ln for ln in lines[1:]), lines
     again = pickle.loads(pickle.dumps(info.value))  # it crosses to the verifier and back
     assert str(again) == str(info.value) and again.learner_traceback
+
+
+def test_a_scalar_mismatch_reads_as_got_against_expected():
+    """A 0-d tensor (a loss) is one number: the message says got, expected and the difference,
+    never "1 of 1 entries" or "index ()" (issue 44.4, seen on module 02's exercise 8)."""
+    from parlab.check._compare import assert_close
+
+    for got, want, says in ((2.5, 2.4, "off by +0.1 (4.17% of the expected value"),
+                            (-3.0, 3.0, "got/expected = -1"), (float("nan"), 1.0, "is nan")):
+        with pytest.raises(CheckFailed) as info:
+            assert_close(torch.tensor(got), torch.tensor(want), name="the loss", rank=1)
+        text = str(info.value)
+        assert text.startswith(f"rank 1: the loss is {got:g}, expected {want:.8g}"), text
+        assert says in text and "entries" not in text and "index" not in text, text
+    with pytest.raises(CheckFailed, match=r"1 of 3 entries; worst at index \(2,\)"):
+        assert_close(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 2.0, 3.0]), name="y")

@@ -203,8 +203,9 @@ class Watch:
         if certain and elapsed < self.timeout - 0.5:
             when = (f"stopped early, after {elapsed:.1f} s of its {self.timeout:g} s timeout, "
                     "because the hang is certain")
-        elif certain:
-            when = f"stopped after {elapsed:.1f} s: the hang is certain"
+        elif certain:  # a rule that needs a few seconds of waiting fired at the timeout
+            when = (f"stopped at its {self.timeout:g} s timeout, after {elapsed:.1f} s; by then "
+                    "the hang was certain")
         else:
             when = f"stopped after {elapsed:.1f} s"
         raise CollectiveTimeout(f"run() {when}: {reason}.\n"

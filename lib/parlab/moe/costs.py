@@ -67,8 +67,14 @@ def uniform_remote_nodes(num_experts: int, k: int, nodes: int) -> float:
 def a2a_cost(n_tokens: int, hidden: int, *, k: int, num_experts: int, nodes: int,
              gpus_per_node: int, dtype_bytes: int = 2, intra_bw: float = 450e9,
              inter_bw: float = 50e9, alpha: float = 5e-6) -> dict[str, dict[str, float]]:
-    """{"flat": {...}, "hierarchical": {...}}: inter/intra bytes per rank, messages, seconds."""
+    """{"flat": {...}, "hierarchical": {...}}: inter/intra bytes per rank, messages, seconds.
+    The EP degree ep = nodes · gpus_per_node must divide num_experts: each rank holds E/ep
+    whole experts (an expert is not split over ranks here)."""
     g, ep = gpus_per_node, nodes * gpus_per_node
+    if num_experts % ep:
+        raise ValueError(f"{nodes} nodes of {gpus_per_node} GPUs make an EP degree of {ep}, "
+                         f"which does not divide the {num_experts} experts: every rank must "
+                         f"hold a whole number of experts (ep <= E and ep | E)")
     row = hidden * dtype_bytes
     flat_inter = n_tokens * k * (ep - g) / ep * row
     flat_intra = n_tokens * k * (g - 1) / ep * row

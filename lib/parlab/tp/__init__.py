@@ -9,8 +9,9 @@
 - `sequence`: dropout on sequence shards, the LayerNorm-gradient all-reduce, SP bytes.
 - `block`: a layer with hidden dropout, `DropoutBlock` (one device) and `SPBlock` (TP + SP).
 - `vocab`: the vocabulary split over the group: `VocabParallelEmbedding`,
-  `vocab_parallel_cross_entropy` (the loss without gathering the logits), `padded_vocab_size`
-  (Megatron-LM's padding) and the bytes of the logits against those of the loss.
+  `vocab_parallel_cross_entropy` (the loss without gathering the logits; the padded logits
+  masked, this course's choice), `padded_vocab_size` (Megatron-LM's padding) and the bytes of
+  the logits against those of the loss.
 """
 
 from parlab.tp.attention import TPAttention, TPBlock, heads_first_qkv

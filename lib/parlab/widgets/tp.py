@@ -33,7 +33,7 @@ from matplotlib.patches import Rectangle
 
 from parlab import costs
 from parlab.widgets.explorer import Explorer, Summary, log_slider
-from parlab.widgets.interconnect import CUSTOM, LINK_PRESETS_GBPS
+from parlab.widgets.interconnect import CUSTOM, LINK_PRESETS_GBPS, link_preset_dropdown
 
 T_VALUES = (1, 2, 4, 8, 16, 32, 64)
 NVLINK_DOMAIN = 8  # GPUs per HGX/DGX H100 node: the NVLink/NVSwitch domain
@@ -150,8 +150,7 @@ def tp_comm_explorer(b: int = 1, s: int = 8192, h: int = 8192, t: int = 8,
     """
     wide = {"style": {"description_width": "10em"}, "layout": widgets.Layout(width="36em")}
     gbps = log_slider("link GB/s", LINK_PRESETS_GBPS[link], 10, 0, 3.5, 0.01, ",.4g")
-    preset = widgets.Dropdown(options=[*LINK_PRESETS_GBPS, CUSTOM], value=link,
-                              description="link preset", style={"description_width": "10em"})
+    preset = link_preset_dropdown(link)
 
     def preset_to_slider(change: dict[str, Any]) -> None:
         if change["new"] in LINK_PRESETS_GBPS:
