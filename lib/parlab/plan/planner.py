@@ -20,7 +20,7 @@ policy, `evaluate`:
    TP's all-gathers and ZeRO-3's weight all-gathers in FP8 (`parlab.costs.precision`);
 3. places each axis on the rank grid (`parlab.mesh`, TP innermost) and reads the link its
    groups ride; TP groups that leave a node are rejected (rule 1 of the placement heuristics:
-   its all-reduces sit between dependent GEMMs);
+   its collectives sit between dependent GEMMs);
 4. times a step. Compute $T_c = f N_{act} B s / (G a F)$ ($f = 6$ FLOPs per token and
    parameter, 8 with full recomputation, which runs the forward twice; $a$ =
    `Cluster.achievable`, the share of the peak F the matmuls sustain) times the busiest
@@ -185,7 +185,7 @@ def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
         notes.append(f"fits: {where} of {_gb(capacity)} usable")
     for t in traffic:
         if t.axis == "tp" and not t.intra_node:
-            fails.append(f"TP {t.size} spans {t.nodes} nodes: its per-layer all-reduces would "
+            fails.append(f"TP {t.size} spans {t.nodes} nodes: its per-layer collectives would "
                          f"ride the {cluster.inter_bw / 1e9:,.4g} GB/s {t.link} link")
         elif t.size > 1:
             notes.append(f"{t.axis.upper()} {t.size} on {t.link}"
