@@ -84,6 +84,8 @@ def posted_key(kind: str, ranks: Sequence[int]) -> str | None:
     peer); None for calls it does not count."""
     if kind in _COLLECTIVES and ranks:
         return ",".join(map(str, ranks))
+    if kind == "new_group" and ranks:  # collective over the world, one count per group made
+        return "new_group:" + ",".join(map(str, ranks))
     if kind in _P2P and ranks:
         return f"send>{ranks[0]}" if kind in ("send", "isend") else f"recv<{ranks[0]}"
     return None
@@ -165,7 +167,7 @@ def _make_event(kind: str, args: tuple, kwargs: dict) -> Event:
     if kind == "new_group":
         given = args[0] if args else kwargs.get("ranks")
         members = tuple(given) if given else tuple(range(dist.get_world_size()))
-        return Event(kind, len(members), 0, 0.0, members)
+        return Event(kind, len(members), 0, 0.0, members, seq=_count(kind, members))
     tensor, n = payload(kind, args, kwargs)
     ranks: tuple[int, ...]
     if kind in _P2P:

@@ -55,6 +55,7 @@ def _status_listener(status: Any):
             else list(event.group_ranks), "p2p": event.group_size == 2 and
             event.kind.replace("wait(", "").rstrip(")") in ("send", "recv", "isend", "irecv"),
             "call": calls[0], "seq": event.seq, "posted": comm.posted(), "t": time.time(),
+            **({"members": list(event.group_ranks)} if event.kind == "new_group" else {}),
         })
 
     return listener

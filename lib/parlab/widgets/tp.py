@@ -143,7 +143,8 @@ def tp_comm_explorer(b: int = 1, s: int = 8192, h: int = 8192, t: int = 8,
                      link: str = next(iter(LINK_PRESETS_GBPS)),
                      dtype: str = next(iter(DTYPES))) -> Explorer:
     """Sliders b, s, h, t, TFLOP/s and GB/s, a link preset and a dtype; defaults: the course's
-    practice problem 2 (b = 1, s = h = 8192, t = 8, bf16, NVLink 900 GB/s, 1 PFLOP/s).
+    practice problem 2 (b = 1, s = h = 8192, t = 8, bf16, NVLink 900 GB/s, an H100's dense
+    bf16 peak).
 
     Controls (keys of `.controls`): "b", "s", "h", "t", "tflops", "gbps", "dtype_bytes";
     the link dropdown is `.preset` (picking one moves the GB/s slider).
@@ -235,7 +236,7 @@ def tp_cost_table(b: int, s: int, h: int, t: int, dtype_bytes: int = 2,
             f"| sent per rank by one ring all-reduce, $2\\frac{{t-1}}{{t}}$ of it "
             f"| {costs.ring_allreduce_bytes(activation, t) / 2**20:,.0f} MiB |",
             f"| per layer: 4 all-reduces, forward + backward | {per_layer / 2**20:,.0f} MiB |",
-            f"| compute per layer and rank, `layer_flops / t` at {flops / 1e15:g} PFLOP/s "
+            f"| compute per layer and rank, `layer_flops / t` at {flops / 1e12:,.0f} TFLOP/s "
             f"| {_ms(compute)} |"]
     links = ["", "| link | communication per layer | communication / compute "
              "| exposed share of the layer's time, no overlap |", "|---|---|---|---|"]
