@@ -107,9 +107,13 @@ def _one_case(fn: Callable, name: str, m: int, v: int) -> dict:
     if not guard.stages:
         fail(f"{where} built no PipelineStage", rank=rank, hint="one PipelineStage per chunk "
              "of this rank, from the model's layers, handed to the schedule")
+    if not guard.steps:
+        fail(f"{where} returned without calling step() on a schedule", rank=rank,
+             hint="build the schedule over this rank's stages, then call schedule.step(...) "
+                  "once: it runs every forward and backward")
     grads = {n: None if q.grad is None else harness.cpu(q.grad)
              for _, _, params in guard.stages for n, q in params.items()}
-    return {"loss": _as_loss(out), "grads": grads, "steps": guard.steps,
+    return {"loss": _as_loss(out), "grads": grads,
             "executed": executed_actions(guard.calls, p, name)}
 
 
