@@ -156,3 +156,26 @@ def test_plot_lists_outlines_what_differs() -> None:
     outlined = [p for p in fig.axes[1].patches if p.get_edgecolor()[:3] != (1.0, 1.0, 1.0)]
     assert len(outlined) == 3 and "3 actions differ" in fig.axes[1].get_title()
     plt.close(fig)
+
+
+def test_a_table_of_exercise_1_that_differs_is_named_before_torch() -> None:
+    """A valid 1F1B with one warm-up forward too many (exercise 1's mistake) is not what torch
+    runs: exercise 6's check says the learner's table differs from the standard one torch
+    ran, after exercise 1's check failed, and names that exercise first."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mistake_tables import pp as table_module
+
+    from parlab.check import CheckFailed, reset_outcomes
+
+    table = table_module.TABLE
+    reset_outcomes()
+    ns = table.namespace((table.folder / "warmup_off_by_one.py").read_text())
+    with pytest.raises(CheckFailed):
+        table.checks["check_1f1b"](ns, 3)
+    with pytest.raises(CheckFailed, match=r"builds on your one_f_one_b \(exercise 1\)") as info:
+        table.checks["check_torch_pipeline"](ns, 3)
+    assert "what torch ran differs from your 1F1B" in str(info.value)
+    assert "differs from make_schedule's: fix that exercise first" in str(info.value)
