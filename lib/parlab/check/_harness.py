@@ -73,13 +73,16 @@ def call_learner(stage: str, fn: Callable[..., Any], *args: Any, hint: str | Non
                  refusal: str = "the course's reference") -> Any:
     """Run learner code; a crash becomes CheckFailed naming the stage and the rank, with
     `hint`, or `shape_hint` when torch says tensors do not fit. A stub's NotImplementedError
-    and a CheckFailed pass through as they are. Inside the call, `refuse` raise CheckFailed."""
+    (raised by the learner's own code, not torch's) and a CheckFailed pass through as they
+    are. Inside the call, `refuse` raise CheckFailed."""
     try:
         with refused(refuse, reference_message(refusal)):
             return fn(*args)
-    except (NotImplementedError, CheckFailed):
+    except CheckFailed:
         raise
-    except Exception as exc:  # noqa: BLE001 - reported to the learner
+    except Exception as exc:
+        if NotWritten.is_stub(exc):  # the release's stub: not a wrong answer
+            raise  # noqa: BLE001 - reported to the learner
         text = str(exc)
         if hint is None and shape_hint and any(s in text for s in SHAPE_ERRORS):
             hint = "a shape does not fit; " + shape_hint
@@ -170,8 +173,7 @@ def reset_outcomes() -> None:
 def _unwritten(exc: BaseException) -> bool:
     """The learner has not written this answer yet: the release's stub raised, here or in a
     rank."""
-    return isinstance(exc, NotImplementedError) or getattr(exc, "exc_type", "") == \
-        "NotImplementedError"
+    return NotWritten.is_stub(exc) or bool(getattr(exc, "unwritten", False))
 
 
 def exercise(key: str, *, needs: Mapping[str, str] | None = None) -> Callable[[F], F]:
