@@ -493,3 +493,14 @@ def test_a_kernel_that_ran_ranks_exits_on_its_own_and_leaves_nothing(tmp_path):
     assert not alive, f"helpers outlived the kernel: {alive}"
     assert not list(tmp.rglob("*")), f"left in /tmp: {sorted(map(str, tmp.rglob('*')))}"
     print(f"kernel exited in {took:.2f} s")
+
+
+def test_without_a_forkserver_run_says_where_the_course_runs(monkeypatch):
+    """Native Windows has no forkserver (multiprocessing's start methods there: spawn only):
+    run() says which platforms work and that Windows takes WSL 2, before starting anything."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    with pytest.raises(RuntimeError, match="native Windows does not: on Windows, run the course "
+                       "in WSL 2"):
+        run(rank_sum, 2, 1.0)

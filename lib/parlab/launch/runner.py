@@ -83,7 +83,14 @@ def forkserver_preload() -> list[str]:
     return list(dict.fromkeys(_PRELOAD + extra))
 
 
+NO_FORKSERVER = ("parlab.launch starts ranks from multiprocessing's forkserver, which Linux and "
+                 "macOS have and native Windows does not: on Windows, run the course in WSL 2 "
+                 "(README.md, \"Platforms\")")
+
+
 def _context() -> Any:
+    if "forkserver" not in mp.get_all_start_methods():
+        raise RuntimeError(NO_FORKSERVER)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(forkserver_preload())
     return ctx
