@@ -37,7 +37,7 @@ from grading_runs import FAULT_MODULE, FAULTS_DIR
 from parlab.grading import COURSE_DIR, SOLUTIONS_DIR, distinctive_hidden_lines, leaks
 from parlab.grading.feedback import PLACEHOLDER
 from parlab.grading.notebooks import kernel_metadata
-from parlab.grading.validate_button import RUNNING, WIDTH, readable
+from parlab.grading.validate_button import CUSTOM_CSS, RUNNING, WIDTH, readable
 
 TOKEN = "parlab-test-token"
 PROBE = "fault-hidden-test-fails"  # the class member whose failing test quotes a hidden line
@@ -155,6 +155,7 @@ def test_validate_reply_fits_its_dialog() -> None:
     assert cell["raw_error"].split() == ANSI.sub("", raw).split()
     assert cell["raw_error"].split("\n")[2].startswith("    dist.send)"), cell["raw_error"]
     assert cell["error"] == html.escape(cell["raw_error"]) and "&lt;here&gt;" in cell["error"]
+    assert f'content: "{RUNNING}"' in CUSTOM_CSS.read_text(), "the button's line is not RUNNING"
     broken = readable({"success": False, "value": "Traceback ...\n" + "x" * 200})
     assert not broken["success"] and max(map(len, broken["value"].split("\n"))) <= WIDTH
 

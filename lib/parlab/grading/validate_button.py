@@ -28,7 +28,7 @@ from typing import Any
 __all__ = ["WIDTH", "RUNNING", "CUSTOM_CSS", "readable", "wrap"]
 
 WIDTH = 80  # columns: the dialog's <pre> holds about 90 monospace characters at 1000 px
-RUNNING = "every cell runs again in a fresh kernel: about a minute"
+RUNNING = "every cell runs again in a fresh kernel: usually under a minute"
 CUSTOM_CSS = Path(__file__).with_name("lab_custom") / "custom.css"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
