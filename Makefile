@@ -14,7 +14,17 @@ NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 .PHONY: lab hub hub-gpus test-hub test-cluster test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
-setup: $(VENV)/.installed
+setup: platform $(VENV)/.installed
+
+# The launcher's ranks come from multiprocessing's forkserver: Linux and macOS have it, native
+# Windows does not (README.md, "Platforms"). There (make under MSYS2, Git Bash, Cygwin, or
+# without uname) every target that needs .venv stops with one line saying so; WSL 2 is Linux.
+UNAME := $(shell uname -s 2>/dev/null || echo Windows)
+NATIVE_WINDOWS := MINGW% MSYS% CYGWIN% Windows%
+ON_WINDOWS := Parallelism Lab runs on Linux and macOS; on Windows use WSL 2 (README.md, "Platforms"): native Windows ($(UNAME)) has no forkserver for the ranks
+.PHONY: platform
+platform:
+	@$(if $(filter $(NATIVE_WINDOWS),$(UNAME)),$(error $(ON_WINDOWS)),true)
 
 # torch first: a CPU build when no GPU is seen (the CPU wheel index, falling back to the
 # default index, which is CPU-only where a local CPU wheel is served); a CUDA build otherwise.

@@ -8,8 +8,9 @@
 # (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set them.
 #
 # Files it keeps (git-ignored): autograder/hub/run/ - the hub's database and cookie secret,
-# the trial's passwords, the GPU allotment (gpus.json), the trial learners' workspaces
-# (users/<name>/) and, under the system's users, nbgrader's exchange (exchange/).
+# the proxy's pid file, the trial's passwords, the GPU allotment (gpus.json), the trial
+# learners' workspaces (users/<name>/) and, under the system's users, nbgrader's exchange
+# (exchange/). It writes nothing elsewhere in the repository.
 # ruff: noqa: F821  (`get_config` is given by JupyterHub when it loads this file)
 
 import os
@@ -79,6 +80,9 @@ c.JupyterHub.cleanup_servers = setting("KEEP_SERVERS", "0") != "1"
 PROXY = BIN / "configurable-http-proxy"
 c.ConfigurableHTTPProxy.command = [str(PROXY) if PROXY.exists()
                                    else "configurable-http-proxy"]
+# The hub writes the proxy's process id to a file while it runs (JupyterHub's default:
+# jupyterhub-proxy.pid in the directory it was started in, the repository); here, in run/.
+c.ConfigurableHTTPProxy.pid_file = str(RUN / "jupyterhub-proxy.pid")
 
 # --- 3. How they log in: the trial ---------------------------------------------------------
 # SharedPasswordAuthenticator: a learner of LEARNERS logs in with their name and the

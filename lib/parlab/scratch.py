@@ -7,12 +7,14 @@ A notebook's traces and checkpoints, a run's rendezvous files: each goes into it
 under one per-user root (mode 0700). The folder is removed when its process exits normally
 (a kernel shut down or restarted, a script's end); a process killed outright (SIGKILL, a
 power cut) cannot clean up, so every new scratch_dir() first removes the folders of processes
-that no longer run. Nothing of the course is left in /tmp after a day of work.
+that no longer run. The root itself goes when the last process that used it exits and leaves
+it empty. Nothing of the course is left in /tmp after a day of work.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
@@ -49,13 +51,31 @@ def _sweep(root: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def _remove_root_if_empty() -> None:
+    """At exit, after this process's folders: the root, unless another process's are in it."""
+    with contextlib.suppress(OSError):
+        os.rmdir(Path(tempfile.gettempdir()) / f"parlab-scratch-{os.getuid()}")
+
+
+_ROOT_REMOVAL: list[bool] = []  # registered once per process, before any folder's removal
+
+
 def scratch_dir(name: str, *, at_exit: bool = True) -> Path:
     """A new empty folder for this process's `name` (traces, checkpoints, ...), removed when
     the process exits; `at_exit=False` for a caller that removes it itself (the launcher's
     run folders: one per run, in a kernel that may make thousands)."""
-    root = scratch_root()
-    _sweep(root)
-    path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{name}-", dir=root))
+    if not _ROOT_REMOVAL:
+        atexit.register(_remove_root_if_empty)  # atexit runs last-in first: after the folders
+        _ROOT_REMOVAL.append(True)
+    for attempt in range(3):
+        root = scratch_root()
+        try:
+            _sweep(root)
+            path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-{name}-", dir=root))
+            break
+        except FileNotFoundError:  # another process removed the empty root just now
+            if attempt == 2:
+                raise
     if at_exit:
         atexit.register(shutil.rmtree, path, True)
     return path

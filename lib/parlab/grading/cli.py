@@ -77,10 +77,13 @@ def _collect(args: argparse.Namespace, root: Path) -> int:
         print(f"{student:<20} {module:<24} {note}")
     for path, why in report.skipped:
         print(f"SKIPPED {path}: {why}")
+    for path, why in report.left_out:
+        print(f"LEFT OUT {path}: {why}")
     for path, why in report.problems:
         print(f"NOT COLLECTED {path}: {why}")
     print(f"collected {len(report.collected)} submissions into {root / 'submitted'}; "
-          f"{len(report.problems)} not collected, {len(report.skipped)} duplicates skipped")
+          f"{len(report.problems)} not collected, {len(report.skipped)} duplicates skipped, "
+          f"{len(report.left_out)} other files left out")
     return 0 if report.ok and report.collected else 1
 
 

@@ -28,6 +28,8 @@ from parlab.grading.learner import learner_notebook
 from parlab.grading.notebooks import SELFCHECK_ENV
 from parlab.grading.paths import COURSE_DIR, REPO_ROOT, list_modules
 
+READ = "this notebook, as last saved"  # how the table names the file it read
+
 
 def skip_reason(env: dict[str, str] | None = None) -> str | None:
     """Why standing() must not run a self-check here, or None."""
@@ -65,7 +67,8 @@ def standing(module: str | None = None) -> None:
     print(f"Checking the SAVED file {path}: save the notebook first (Ctrl+S / Cmd+S), changes "
           "not saved are not seen. It runs in a fresh kernel, so this takes about as long as "
           "running the whole notebook.", flush=True)
-    cmd = [sys.executable, "-m", "parlab.grading", "check", module, "--notebook", str(path)]
+    cmd = [sys.executable, "-m", "parlab.grading", "check", module, "--notebook", str(path),
+           "--which", READ]
     if (release := COURSE_DIR / module / f"{module}.ipynb").exists():
         cmd += ["--release", str(release)]
     env = dict(os.environ, **{SELFCHECK_ENV: "1"})

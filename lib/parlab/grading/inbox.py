@@ -11,14 +11,19 @@ graded as what they are. What cannot be collected is reported with the reason: a
 matches no module, one outside a student folder, a module folder without a notebook
 (MISSING); `CollectReport.ok` is False then, and the command exits non-zero. When two files of
 one student match the same module, the one named as the module (else the newest) is taken and
-the other reported. Student ids are the folder names, with characters nbgrader cannot take in
-an id (spaces, commas, glob characters) replaced by `_`. The submission time (timestamp.txt,
-for late penalties) comes from parlab.grading.times.
+the other reported. Every other file handed in that is not copied is listed with the reason
+(`left_out`): a symbolic link (never followed: it could point at any file of the grader's
+machine, the answers included; one named as a notebook is a problem, as a missing notebook
+is), a file that is not a notebook beside a student's notebooks (an nbgrader module folder
+keeps its other files), editor and cache files. Student ids are the folder names, with
+characters nbgrader cannot take in an id (spaces, commas, glob characters) replaced by `_`.
+The submission time (timestamp.txt, for late penalties) comes from parlab.grading.times.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -31,6 +36,11 @@ from parlab.grading.times import load_times, submission_time, write_timestamp
 
 _NOT_IN_ID = re.compile(r"[^\w.@+-]+")
 _SKIP = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", ".*")
+LINK = ("a symbolic link, not followed (it could point at any file of this machine): hand in "
+        "the file itself")
+NOT_A_NOTEBOOK = ("not a notebook: only notebooks are taken from a student's folder (an "
+                  "nbgrader module folder, <student>/<module>/, keeps its other files)")
+CACHE = "an editor or cache file (hidden, checkpoints, __pycache__): not needed to grade"
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class CollectReport:
     collected: list[tuple[str, str, str]] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (path, why): not collected
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why): duplicates
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (path, why): other files
 
     @property
     def ok(self) -> bool:
@@ -63,26 +74,53 @@ def student_id(folder_name: str) -> str:
     return _NOT_IN_ID.sub("_", folder_name.strip()).strip("_") or "student"
 
 
-def _notebooks(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+def _notebooks(folder: Path, report: CollectReport | None = None) -> list[Path]:
+    """The notebooks in `folder`; with `report`, every other entry is listed as left out."""
+    found = []
+    for p in sorted(folder.iterdir()):
+        why = (LINK if p.is_symlink() else CACHE if _SKIP(str(folder), [p.name])
+               else "" if p.suffix == ".ipynb" and p.is_file() else NOT_A_NOTEBOOK)
+        if not why:
+            found.append(p)
+        elif report is not None:
+            report.left_out.append((str(p), why))
+    return found
 
 
 def _find(source: Path, ids: dict[str, set[str]], report: CollectReport) -> list[Found]:
     found = []
-    for loose in _notebooks(source):
-        report.problems.append((str(loose), "not in a student folder: put it in "
-                                "FROM/<student>/ and collect again"))
-    for student_dir in sorted(p for p in source.iterdir() if p.is_dir()):
-        if student_dir.name.startswith((".", "_")):
-            continue
-        sid, name = student_id(student_dir.name), student_dir.name
-        for entry in sorted(student_dir.iterdir()):
-            if entry.is_dir() and entry.name in ids:
-                found += _in_module_folder(entry, sid, name, ids, report)
-            elif entry.is_dir() and not entry.name.startswith("."):
-                found += _loose(_notebooks(entry), sid, name, ids, report)
+    for entry in sorted(source.iterdir()):
+        if entry.is_symlink() or not entry.is_dir() or entry.name.startswith((".", "_")):
+            if entry.suffix == ".ipynb" and not entry.is_symlink():
+                report.problems.append((str(entry), "not in a student folder: put it in "
+                                        "FROM/<student>/ and collect again"))
             elif entry.suffix == ".ipynb":
-                found += _loose([entry], sid, name, ids, report)
+                report.problems.append((str(entry), LINK))
+            else:
+                report.left_out.append((str(entry), LINK if entry.is_symlink() else CACHE if
+                                        entry.name.startswith((".", "_")) else
+                                        "not in a student folder"))
+            continue
+        found += _student(entry, ids, report)
+    return found
+
+
+def _student(student_dir: Path, ids: dict[str, set[str]], report: CollectReport) -> list[Found]:
+    sid, name = student_id(student_dir.name), student_dir.name
+    found = []
+    for entry in sorted(student_dir.iterdir()):
+        if entry.is_symlink():
+            (report.problems if entry.suffix == ".ipynb" else report.left_out).append(
+                (str(entry), LINK))
+        elif entry.is_dir() and entry.name in ids:
+            found += _in_module_folder(entry, sid, name, ids, report)
+        elif entry.is_dir() and not _SKIP(str(student_dir), [entry.name]):
+            found += _loose(_notebooks(entry, report), sid, name, ids, report)
+        elif entry.suffix == ".ipynb" and not _SKIP(str(student_dir), [entry.name]):
+            found += _loose([entry], sid, name, ids, report)
+        else:
+            report.left_out.append((str(entry), CACHE if _SKIP(str(student_dir), [entry.name])
+                                    else NOT_A_NOTEBOOK))
     return found
 
 
@@ -102,7 +140,8 @@ def _in_module_folder(folder: Path, sid: str, name: str, ids: dict[str, set[str]
                       report: CollectReport) -> list[Found]:
     module = folder.name
     exact = folder / f"{module}.ipynb"
-    if exact.exists():
+    _left_out_in(folder, report)
+    if exact.is_file() and not exact.is_symlink():
         return [Found(sid, name, module, exact, folder, "by name")]
     for path in _notebooks(folder):
         match = match_module(path, ids)
@@ -112,6 +151,23 @@ def _in_module_folder(folder: Path, sid: str, name: str, ids: dict[str, set[str]
     report.problems.append((str(folder), f"MISSING: no {module}.ipynb in this module folder "
                             f"({others}); ask the learner to hand it in"))
     return []
+
+
+def _left_out_in(folder: Path, report: CollectReport) -> None:
+    """What copying a module folder leaves out, listed: links, editor and cache files."""
+    for here, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            path = Path(here, name)
+            why = LINK if path.is_symlink() else CACHE if _SKIP(here, [name]) else ""
+            if why:
+                report.left_out.append((str(path), why))
+                if name in dirs:
+                    dirs.remove(name)  # what is inside goes with it
+
+
+def _not_copied(folder: str, names: list[str]) -> set[str]:
+    """copytree's ignore: editor and cache files, and every symbolic link."""
+    return set(_SKIP(folder, names)) | {n for n in names if Path(folder, n).is_symlink()}
 
 
 def _pick(found: list[Found], report: CollectReport) -> list[Found]:
@@ -133,7 +189,7 @@ def _copy(f: Found, dest: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     if f.folder is not None:
-        shutil.copytree(f.folder, dest, ignore=_SKIP)
+        shutil.copytree(f.folder, dest, ignore=_not_copied)
         if f.notebook.name != f"{f.module}.ipynb":
             (dest / f.notebook.name).rename(dest / f"{f.module}.ipynb")
     else:

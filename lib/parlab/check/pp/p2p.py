@@ -11,6 +11,13 @@ missing or misdirected message is named at the action that made it, before anyth
 Then the summed loss and every weight gradient are compared with the single-device,
 full-batch run (float64, rtol 1e-9, atol 1e-12), and no rank may hold more microbatches than
 the schedule needs (min(p - r, m) under 1F1B).
+
+A right answer must not depend on p or on which stage a rank is: the visible test runs 2
+ranks and 3, whose middle stage both receives and sends (on 2 ranks the first and the last
+stage are each other's only neighbours, so peers written in as 0 and p - 1 pass there), the
+hidden one 4; nor on m = 2p + 1 (5, 7, 9: never p, never the rows of a micro-batch, 3), the
+schedule (GPipe, then the learner's own 1F1B order), the dtype (float64, not torch's default)
+or the upstream gradient (received from the next stage, except on the last).
 """
 
 from __future__ import annotations
