@@ -210,8 +210,18 @@ collect: setup
 autograde: setup sandbox
 	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
+# FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
+# grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin
+# (parlab.grading.export_canvas, export_moodle: scores less the late penalty, retired students
+# left out; autograder/README.md, "4. export"). Without FORMAT: grades.csv, as always.
+EXPORTER_canvas := parlab.grading.export_canvas.CanvasExport
+EXPORTER_moodle := parlab.grading.export_moodle.MoodleExport
+FORMAT ?=
 export: setup
-	$(GRADING) export --to grades.csv
+	$(if $(FORMAT),@test -n "$(EXPORTER_$(FORMAT))" || { echo "make export FORMAT=$(FORMAT): \
+	  FORMAT is canvas or moodle (or none: grades.csv)"; exit 2; })
+	$(if $(FORMAT),cd autograder && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader \
+	  export --exporter=$(EXPORTER_$(FORMAT)) --to "$(CURDIR)/grades-$(FORMAT).csv",$(GRADING) export --to grades.csv)
 
 feedback: setup
 	$(GRADING) feedback --module "$(or $(MODULE),*)"
