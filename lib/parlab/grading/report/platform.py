@@ -1,8 +1,8 @@
 """Grades for a learning platform's gradebook: what the Canvas and Moodle exporters share.
 
-    make export FORMAT=canvas      # grades-canvas.csv (parlab.grading.export_canvas)
-    make export FORMAT=moodle      # grades-moodle.csv (parlab.grading.export_moodle)
-    nbgrader export --exporter=parlab.grading.export_canvas.CanvasExport --to grades-canvas.csv
+    make export FORMAT=canvas      # grades-canvas.csv (parlab.grading.report.canvas)
+    make export FORMAT=moodle      # grades-moodle.csv (parlab.grading.report.moodle)
+    nbgrader export --exporter=parlab.grading.report.canvas.CanvasExport --to grades-canvas.csv
 
 Both are nbgrader export plugins (`nbgrader.plugins.ExportPlugin`): nbgrader opens the
 gradebook of the course root and calls `export(gradebook)`. They write the same table in each
@@ -105,7 +105,7 @@ class PlatformExport(ExportPlugin):
     @staticmethod
     def _score(root: Path, gradebook: Gradebook, module: str, student: str) -> float | None:
         """The score less the late penalty; 0 when nothing was handed in; None when handed in
-        and not graded (as grades.csv's statuses, parlab.grading.export)."""
+        and not graded (as grades.csv's statuses, parlab.grading.report.export)."""
         try:
             sub = gradebook.find_submission(module, student)
         except MissingEntry:

@@ -1,6 +1,6 @@
 """Canvas's gradebook import: `make export FORMAT=canvas` writes grades-canvas.csv.
 
-    nbgrader export --exporter=parlab.grading.export_canvas.CanvasExport --to grades-canvas.csv
+    nbgrader export --exporter=parlab.grading.report.canvas.CanvasExport --to grades-canvas.csv
 
 The CSV Canvas's Grades > Import reads (Canvas Instructor Guide, "How do I import grades in the
 Gradebook?", https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-in-the-Gradebook/ta-p/807;
@@ -18,7 +18,7 @@ its parser, canvas-lms app/models/gradebook_importer.rb):
   Login ID the student id (a Canvas login), SIS User ID and Section the class list's;
 - a score (a dot for decimals), or empty: no grade.
 
-The table (who, which modules, the late penalty) is parlab.grading.export_platform's.
+The table (who, which modules, the late penalty) is parlab.grading.report.platform's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from parlab.grading.export_platform import Grades, PlatformExport, StudentRow, cell
+from parlab.grading.report.platform import Grades, PlatformExport, StudentRow, cell
 
 __all__ = ["CanvasExport", "STUDENT_COLUMNS"]
 

@@ -1,6 +1,6 @@
 """Moodle's grade import: `make export FORMAT=moodle` writes grades-moodle.csv.
 
-    nbgrader export --exporter=parlab.grading.export_moodle.MoodleExport --to grades-moodle.csv
+    nbgrader export --exporter=parlab.grading.report.moodle.MoodleExport --to grades-moodle.csv
 
 The CSV Moodle's Grades > Import > CSV file reads (MoodleDocs, "Grade import",
 https://docs.moodle.org/en/Grade_import; its parser, moodle's
@@ -17,7 +17,7 @@ Columns: `Username` (the student id, which `make hub-roster` took from Moodle's 
 column: map it to username), `Email address` (or map this one to useremail), `First name`,
 `Last name` (map them to nothing), then one column per module.
 
-The table (who, which modules, the late penalty) is parlab.grading.export_platform's.
+The table (who, which modules, the late penalty) is parlab.grading.report.platform's.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from parlab.grading.export_platform import Grades, PlatformExport, cell
+from parlab.grading.report.platform import Grades, PlatformExport, cell
 
 __all__ = ["MoodleExport", "STUDENT_COLUMNS", "GRADEPOINTMAX"]
 
