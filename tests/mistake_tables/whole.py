@@ -32,7 +32,8 @@ CHECKS = {
     "check_overlapped_ddp_600": lambda ns, t: wholecheck.check_overlapped_ddp(
         ns.OverlappedDDP, world_size=t, bucket_bytes=600, quiet=True),
     "check_recompute_4_heads": lambda ns, t: wholecheck.check_recompute(
-        ns.recompute_forward, ns.saved_bytes_formula, shape=(3, 10, 24), heads=4, quiet=True),
+        ns.recompute_forward, ns.saved_bytes_formula, shape=(3, 10, 24), heads=4, p_drop=0.25,
+        quiet=True),
 }
 TABLE = Table(
     module="08_the_whole_machine",
@@ -53,7 +54,9 @@ TABLE = Table(
         "ddp_divide_by_two", "ddp_ignores_group", "plan_floor_layers",  # 16.1
         "clip_tp_copies_counted", "clip_tied_counted_twice", "clip_no_pp_reduction",  # 33.3
         "clip_dp_masked_not_reduced", "clip_norms_added", "clip_per_rank",
-        "ddp_bucket_bytes_ignored", "recompute_heads_hard_coded"}),  # 32.6
+        "ddp_bucket_bytes_ignored", "recompute_heads_hard_coded",  # 32.6
+        "ddp_buckets_out_of_order", "ddp_bucket_cap_exceeded", "ddp_frozen_hooked",  # 44.1
+        "ddp_frozen_bucketed", "recompute_training_hard_coded", "recompute_p_drop_hard_coded"}),
     reexports={
         "alias_ddp": ("check_overlapped_ddp",
                       "from parlab.dp import BucketedDDP as OverlappedDDP"),
