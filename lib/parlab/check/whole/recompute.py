@@ -242,15 +242,21 @@ def _check_bytes(fn: Callable[..., Any], policy: str, dims: Dims, p_drop: float)
         hint = ("'full' keeps only the layer's input: put the whole layer (both sublayers and "
                 "their residual additions) inside one torch.utils.checkpoint call")
     elif got < want[policy]:
-        hint = ("you checkpointed more than the attention core: the tensors around it (the "
-                "LayerNorm output, Q/K/V, the projection's input) are then recomputed too, "
-                "which costs their GEMMs again; checkpoint exactly the attention_core call")
+        hint = ("you checkpointed more than the attention core (the outputs are the layer's, "
+                "and it keeps less): the tensors around it (the LayerNorm output, Q/K/V, the "
+                "projection's input) are then recomputed too, which costs their GEMMs again; "
+                "checkpoint exactly the attention_core call")
+    elif policy == "selective" and (got - want[policy]) % scores == 0 and \
+            (got - want[policy]) // scores in (1, 2, 3, 4, 5):
+        hint = (f"{(got - want[policy]) // scores} bytes per attention score more than the "
+                "table: part of the core (the softmax output 2 bytes, its dropout mask 1, the "
+                "dropout output 2 per score) is still kept outside the checkpoint; the whole "
+                "attention_core call goes inside it")
     else:
-        hint = (f"{(got - want[policy]) / scores:.3g} bytes per attention score too many: part of "
-                "the core (the softmax output 2 bytes, its dropout mask 1, the dropout output 2 "
-                "per score) is still kept; the whole attention_core call goes inside the "
-                "checkpoint" if policy == "selective" else
-                "compute the layer as it is, keeping what autograd keeps by itself")
+        hint = (f"{got - want[policy]:,} bytes more than the layer's own forward keeps: compute "
+                "the layer as it does, keeping what autograd keeps by itself"
+                + (", and checkpoint exactly the attention_core call"
+                   if policy == "selective" else ""))
     fail(f"recompute_forward(..., {policy!r}) kept {got:,} bytes for backward (b={b}, s={s}, "
          f"h={h}, a={a}, bf16); Korthikanti's table plus the LayerNorm statistics gives "
          f"{want[policy]:,}", hint=hint)

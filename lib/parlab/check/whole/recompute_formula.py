@@ -48,7 +48,10 @@ def check_formula(formula: Callable[..., Any], points: list[tuple[int, int, int,
                     "mean and a reciprocal std per token, 2 bytes each, 8sb in all"
                     if abs(got - without_ln) <= 1e-9 * want and policy != "full" else
                     "bytes, not elements: activations are 2 bytes (bf16), masks 1"
-                    if abs(got - 2 * want) <= 1e-9 * want or abs(got - want / 2) <= 1e-9 * want
+                    if abs(got - want / 2) <= 1e-9 * want else
+                    "every term twice the table's: 4-byte (fp32) activations and 2-byte masks; "
+                    "the table's activations are bf16 (2 bytes), its masks bool (1 byte)"
+                    if abs(got - 2 * want) <= 1e-9 * want
                     else "none keeps 34sbh + 5as²b + 8sb, selective drops the 5as²b of scores, "
                          "full keeps only the layer's input, 2sbh")
             fail(f"{call} returned {got:,}, expected {want:,}", hint=hint)
