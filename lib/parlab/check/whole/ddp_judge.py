@@ -169,7 +169,7 @@ def _early(rank: int, r: dict, step: int, model: dict, reduces: list, ids: list)
         k = ids[j] if ids[j] is not None else (j if in_order else None)
         if c.phase != "backward" or k is None:
             continue
-        at = s["calls"].index(c)
+        at = next(i for i, x in enumerate(s["calls"]) if x is c)  # its place in the step
         late = [model["trainable"][i] for i in model["members"][k]
                 if s["seen"].get(model["trainable"][i], (None, at + 1))[1] > at]
         if late:

@@ -30,8 +30,8 @@ What a right answer must not depend on, and how the tests vary it:
 - the sizes and the head count: `shape=` and `heads=` (visible: (2, 20, 24) with 3 heads and
   (3, 10, 24) with 4, where an answer that writes a = 3 in still runs, and is named by its
   output, that of the layer with 3 heads);
-- the dropout probability: `p_drop=` (visible: 0.1 and 0.25; an output equal to the one
-  with 0.1 at 0.25 is named);
+- the dropout probability: `p_drop=` (visible: 0.1 and 0.25; hidden: (1, 12, 30) with 5
+  heads at 0.5; an output equal to the one with 0.1 is named);
 - the layer's mode: every call runs the three policies with the layer in training mode and
   in eval mode, where dropout is the identity and the recomputed forward must agree (an
   output that dropped out in eval mode, `training=True` written in, is named);

@@ -258,6 +258,6 @@ def check_train_3d(train_3d: Callable[..., Any], *, quiet: bool = False,
     gap = _judge(results, plan, cfg, reference, steps)
     if not quiet:
         print(f"train_3d OK on {plan.world_size} ranks ({_label(plan)}, {kind}): the "
-              f"single-device loss at each of {steps} steps (largest gap {gap:.1e}); replicas, "
-              "RMSNorm copies and tied embeddings agree")
+              f"single-device loss at each of {steps} steps (largest gap {gap:.1e}); each replica "
+              "ran its own rows; replicas, RMSNorm copies and tied embeddings agree")
     return {"losses": results[0]["losses"], "reference": reference, "gap": gap}
