@@ -201,7 +201,8 @@ def _check_values(fn: Callable[..., Any], policy: str, dims: Dims, mode: Mode) -
     out, grads = on_learner_side(_learner_run, fn, policy, dims, mode)
     b, s, h, a = dims
     call = f"recompute_forward(layer, x, {policy!r})"
-    if not _same(out, lambda layer, x: layer(x), dims, mode):
+    if not (isinstance(out, Tensor) and out.shape == ref_out.shape
+            and torch.allclose(out, ref_out, rtol=1e-6, atol=1e-6)):
         if a != A and h % A == 0 and _same(out, _with_heads(A), dims, mode):
             fail(f"{call} computed attention with {A} heads; the layer has layer.n_heads = "
                  f"{a}", hint=SIZES.format(a=a, shape=(b, s, h)))
