@@ -59,18 +59,24 @@ def _logits_hint(got: float, want: float, sizes: dict[str, int], microbatches: i
                 "the first stage of a pipeline holds only the input embedding")
     if want > 0 and got == 0:
         return LOGITS
+    causes = []  # every known mistake that gives this number: two that agree are both named
     if _near(2 * got, want):
-        return ("the logits counted in bf16 (2 bytes): the loss keeps them in fp32, 4 bytes "
-                "each (Megatron-LM casts them to float before the cross-entropy)")
+        causes.append("the logits counted in bf16 (2 bytes): the loss keeps them in fp32, 4 "
+                      "bytes each (Megatron-LM casts them to float before the cross-entropy)")
+    for n, what in ((t, "t"), (c, "c")):
+        if n == 2 and _near(2 * got, want):
+            causes.append(f"divided by {what} = 2 once too often")
     if t > 1 and _near(got, t * want):
-        return ("the logits not split over TP: under the vocabulary-parallel cross-entropy "
-                "each TP rank keeps only its V/t columns, 4 b s_c V / t")
+        causes.append("the logits not split over TP: under the vocabulary-parallel "
+                      "cross-entropy each TP rank keeps only its V/t columns, 4 b s_c V / t")
     if c > 1 and _near(got, c * want):
-        return "a CP rank keeps the logits of its own s_c = s/c tokens only"
+        causes.append("a CP rank keeps the logits of its own s_c = s/c tokens only")
     if held > 1 and _near(got, held * want):
-        return ("one micro-batch's logits, not min(p, m): 1F1B's last stage runs each "
-                "micro-batch's backward right after its forward")
-    return LOGITS
+        causes.append("one micro-batch's logits, not min(p, m): 1F1B's last stage runs each "
+                      "micro-batch's backward right after its forward")
+    if len(causes) > 1:
+        return "either " + "; or ".join(causes)
+    return causes[0] if causes else LOGITS
 
 
 def memory_hint(part: str, got: float, want: float, *, stage: str, sizes: dict[str, int],
