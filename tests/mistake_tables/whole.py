@@ -59,7 +59,8 @@ TABLE = Table(
         "ddp_buckets_out_of_order", "ddp_bucket_cap_exceeded", "ddp_frozen_hooked",  # 44.1
         "ddp_frozen_bucketed", "recompute_training_hard_coded", "recompute_p_drop_hard_coded",
         "train3d_no_dp_sync", "train3d_whole_batch_each_replica", "clip_squared_norm",
-        "clip_cp_replicas_counted", "clip_ep_dense_counted"}),
+        "clip_cp_replicas_counted", "clip_ep_dense_counted",
+        "plan_tp_without_regather"}),  # 44.3: TP + SP re-gathers in backward
     reexports={
         "alias_ddp": ("check_overlapped_ddp",
                       "from parlab.dp import BucketedDDP as OverlappedDDP"),

@@ -37,7 +37,13 @@ from typing import Any
 from parlab.check._compare import expect_type, fail
 from parlab.check._harness import call_learner, exercise, not_reexport
 from parlab.check.whole.common import KEY_PLAN
-from parlab.check.whole.plan_hints import BYTES_HINTS, CHANGED, LINK, memory_hint
+from parlab.check.whole.plan_hints import (
+    BYTES_HINTS,
+    CHANGED,
+    LINK,
+    TP_WITHOUT_REGATHER,
+    memory_hint,
+)
 from parlab.errors import CheckFailed
 
 PARTS = ("weights", "gradients", "optimizer state", "activations", "logits")
@@ -148,8 +154,11 @@ def _check_one(memory_fn: Callable[..., Any], bytes_fn: Callable[..., Any], mode
         expect_type(entry, dict, name=f"bytes_per_step(...)[{axis!r}]",
                     what='{"bytes": number, "link": "NVLink" or "InfiniBand"}')
         if not _near(entry.get("bytes", -1.0), nbytes):
+            no_regather = axis == "tp" and isinstance(entry.get("bytes"), (int, float)) and \
+                _near(entry["bytes"], nbytes * 16 / 20)
             fail(f"bytes_per_step({args})[{axis!r}]['bytes'] = {entry.get('bytes')!r}; the "
-                 f"planner says {nbytes:,.0f}", hint=BYTES_HINTS[axis])
+                 f"planner says {nbytes:,.0f}",
+                 hint=TP_WITHOUT_REGATHER if no_regather else BYTES_HINTS[axis])
         if entry.get("link") != link:
             fail(f"bytes_per_step({args})[{axis!r}]['link'] = {entry.get('link')!r}; on "
                  f"{cluster.gpus_per_node} GPUs per node it rides {link}", hint=LINK)
