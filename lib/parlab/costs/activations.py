@@ -40,9 +40,9 @@ head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits'
 $4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). They add that
 term to the first stage's total only when p = 1 (the single stage is both ends), and call it
 negligible there; with a pipeline the logits sit on the last stage, which holds one
-micro-batch's activations under 1F1B, not p, so the fullest GPU is not always the first. At s =
-8192 and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a layer's
-$34\,sbh$ at any h below 15,000.
+micro-batch's activations under 1F1B, not p, so the fullest GPU is not always the first.
+At s = 8192 and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a
+layer's $34\,sbh$ at any h below 15,000.
 
 The meter: `SavedTensorMeter` counts what autograd saves for backward while it is open
 (`torch.autograd.graph.saved_tensors_hooks`), each storage once, skipping the storages of the
