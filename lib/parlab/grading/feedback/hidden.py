@@ -10,12 +10,12 @@ preprocessor, see autograder/nbgrader_config.py):
 - strips ANSI colours from every text output and traceback, and drops each line that contains
   a hidden-test line (compared with whitespace collapsed).
 
-`leaks(html, lines)` says which hidden-test lines can still be read in a page (the tests' check).
-What no feedback file may show at all (hidden-test lines, and solution-only lines the student
-did not write), and the guard that applies it wherever nbgrader writes feedback, formgrader
-included, are in parlab.grading.feedback.leakcheck; parlab.grading.feedback.withhold's `write_feedback` is the
-instructor's `feedback` command: nbgrader generate_feedback under that guard, then every
-file checked again.
+`leaks(html, lines)` says which hidden-test lines can still be read in a page (the tests'
+check). What no feedback file may show at all (hidden-test lines, and solution-only lines the
+student did not write), and the guard that applies it wherever nbgrader writes feedback,
+formgrader included, are in parlab.grading.feedback.leakcheck;
+parlab.grading.feedback.withhold's `write_feedback` is the instructor's `feedback` command:
+nbgrader generate_feedback under that guard, then every file checked again.
 """
 
 from __future__ import annotations

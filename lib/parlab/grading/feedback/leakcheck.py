@@ -41,6 +41,7 @@ from nbformat import NotebookNode
 from nbgrader.coursedir import CourseDirectory
 from traitlets import Instance, default
 
+from parlab.grading.base.paths import REPO_ROOT
 from parlab.grading.feedback.hidden import (
     MIN_CHARS,
     distinctive_hidden_lines,
@@ -48,7 +49,6 @@ from parlab.grading.feedback.hidden import (
     normalise,
     split_hidden,
 )
-from parlab.grading.base.paths import REPO_ROOT
 
 LIBRARY = REPO_ROOT / "lib" / "parlab"  # what the notebooks import: learners read it too
 

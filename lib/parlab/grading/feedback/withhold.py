@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from parlab.grading.feedback import leakcheck
 from parlab.grading.base.paths import REPO_ROOT
 from parlab.grading.base.runner import NbgraderError, run_nbgrader
+from parlab.grading.feedback import leakcheck
 
 
 def write_feedback(root: Path = REPO_ROOT, module: str = "*",
