@@ -5,7 +5,9 @@ course's composed model (`parlab.compose.train`) step for step.
 Fast: the torchtitan-style model computes the single-device Llama's logits; names map both
 ways; plans it cannot run say why. Slow: two 4-rank grids (DP2 × PP2 with FSDP2 and 1F1B;
 DP2 × TP2 + SP, FSDP2 over DTensor TP weights) against one device and the composed model,
-and a planted bug (FSDP dropped: no gradient reduction over dp) caught at step 0.
+and a planted bug (FSDP dropped: no gradient reduction over dp) caught at step 0; FSDP2's
+state per rank half the composed model's; DTensor's collectives counted as torch's
+CommDebugMode counts them, an all-gather priced (t-1)/t of its output.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 import pytest
 import torch
 
-from parlab.compose import TOLERANCE, Plan, train, train_single
+from parlab.compose import TOLERANCE, Plan, train_single
 from parlab.compose.titan import (
     TitanLlama,
     check_titan_plan,
@@ -28,6 +30,9 @@ from parlab.compose.titan import (
     titan_names,
     titan_step,
 )
+from parlab.compose.titan.compare import build
+from parlab.compose.titan.traffic import FuncolCounter, state_bytes
+from parlab.compose.titan.train import micro_loss, step_context
 from parlab.launch import run
 from parlab.model import Llama, LlamaConfig, batch, load_corpus
 
@@ -100,10 +105,45 @@ def run_grids(jobs) -> dict[str, dict]:
         losses = [titan_step(rep, 0, tokens)]
         grads = full_grads(rep)
         losses += [titan_step(rep, step, tokens) for step in range(1, STEPS)]
-        composed = train(DENSE, plan, STEPS, lr=LR) if parallelize is parallelize_llama else []
-        out[name] = {"losses": losses, "grads": grads, "composed": composed,
-                     "local": _local_numel(rep)}
+        out[name] = {"losses": losses, "grads": grads, "local": _local_numel(rep),
+                     "state": sum(state_bytes(rep.part.parameters(), rep.optimizer).values())}
+        if parallelize is parallelize_llama:
+            step, held = build("composed", DENSE, plan, lr=LR)
+            out[name]["composed"] = [step(i) for i in range(STEPS)]
+            out[name]["composed state"] = sum(state_bytes(*held).values())
+    out["counts"] = funcol_counts(tokens)
+    out["gather"] = gather_bytes()
     return out
+
+
+def funcol_counts(tokens) -> tuple[dict[str, int], dict[str, int]]:
+    """DTensor's collectives in one forward and backward on DP2 × TP2 + SP, counted by torch's
+    CommDebugMode and by FuncolCounter (CommDebugMode fails inside a pipelining schedule, so
+    the stage's module is called directly)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    rep = setup_titan(DENSE, GRIDS[1][1], lr=LR)
+    x, y = batch(tokens, 0, batch_size=4, seq=DENSE.seq, seed=DENSE.seed)
+    with CommDebugMode() as torch_count, FuncolCounter() as ours, step_context(rep):
+        micro_loss(rep.part(x), y).backward()
+    theirs = {str(k).split(".")[-1]: v for k, v in torch_count.get_comm_counts().items()
+              if str(k).startswith("c10d_functional.")}
+    mine: dict[str, int] = {}
+    for call in ours.calls:
+        mine[call.kind] = mine.get(call.kind, 0) + 1
+    return theirs, mine
+
+
+def gather_bytes() -> float:
+    """A (4, 8) float32 DTensor Shard(0) over 4 ranks made Replicate: one all-gather."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (4,))
+    x = distribute_tensor(torch.ones(4, 8), mesh, [Shard(0)])
+    with FuncolCounter() as ours:
+        x.redistribute(mesh, [Replicate()]).to_local()
+    return ours.wire_bytes()
 
 
 @functools.lru_cache
@@ -145,6 +185,24 @@ def test_torch_api_grid_follows_one_device_and_the_composed_model(grids, name):
     assert grad_error(results, name) < GRAD_TOL
     full = sum(p.numel() for p in TitanLlama(DENSE).parameters())
     assert all(r[name]["local"] <= full // 2 for r in results), "weights copied, not sharded"
+    # FSDP2 shards weights, gradients and Adam's moments over dp = 2 (every dim here is even:
+    # no padding), the composed model's DDP keeps them whole: half. Without a pipeline the
+    # torch-API model also holds the tied head's own copy (V, C)/t, four times (weight, grad,
+    # two moments) over dp; the composed one uses the embedding's matrix for both
+    plan = dict((g[0], g[1]) for g in GRIDS)[name]
+    copy = 0 if plan.pp > 1 else 4 * 4 * DENSE.vocab * DENSE.hidden // (plan.tp * plan.dp)
+    assert [r[name]["state"] for r in results] == [
+        r[name]["composed state"] // 2 + copy for r in results]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_orphans")
+def test_dtensor_collectives_are_counted_as_torch_counts_them(grids):
+    results, _ = grids
+    theirs, mine = results[0]["counts"]
+    assert mine == theirs and mine.get("all_gather_into_tensor")
+    full = 4 * 8 * 4  # bytes of the gathered (4, 8) float32
+    assert all(r["gather"] == 3 / 4 * full for r in results)  # (t-1)/t of the output
 
 
 @pytest.mark.slow
