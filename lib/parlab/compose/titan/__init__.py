@@ -15,6 +15,9 @@
   `state_bytes` (weights, gradients, Adam's moments per rank).
 - `compare`: `build`, `compare_builds`, `side_by_side` (the composed model and this one on
   one grid: bytes, state, time per step; benchmarks/bench_titan.py alternates them).
+- `checkpoint` (module 09): `save_titan`, `load_titan`, `titan_state`: PyTorch's
+  `get_model_state_dict` / `get_optimizer_state_dict` through DCP, under the course's names,
+  so that either build loads the other's checkpoint on any grid.
 """
 
 from parlab.compose.titan.model import TitanBlock, TitanLlama, split_stage, stage_layers
