@@ -33,7 +33,7 @@ from parlab.compose.titan import (
 from parlab.compose.titan.compare import build
 from parlab.compose.titan.traffic import FuncolCounter, state_bytes
 from parlab.compose.titan.train import micro_loss, step_context
-from parlab.launch import run
+from parlab.launch import device, run
 from parlab.model import Llama, LlamaConfig, batch, load_corpus
 
 STEPS, LR = 3, 3e-3
@@ -139,8 +139,8 @@ def gather_bytes() -> float:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    mesh = init_device_mesh("cpu", (4,))
-    x = distribute_tensor(torch.ones(4, 8), mesh, [Shard(0)])
+    mesh = init_device_mesh(device().type, (4,))
+    x = distribute_tensor(torch.ones(4, 8, device=device()), mesh, [Shard(0)])
     with FuncolCounter() as ours:
         x.redistribute(mesh, [Replicate()]).to_local()
     return ours.wire_bytes()
