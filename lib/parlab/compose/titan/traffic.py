@@ -20,7 +20,9 @@ PyTorch's parallel API talks over two roads, and one counter watches each:
 Both price a call as the ring algorithms of `parlab.costs` do: an all-reduce of n bytes over
 t ranks sends $2\frac{t-1}{t}n$, an all-gather (of its output) and a reduce-scatter (of its
 input) $\frac{t-1}{t}n$, an all-to-all $\frac{t-1}{t}n$, a send n. The two roads never carry
-the same call, so their sum is what the rank sent.
+the same call, so their sum is what the rank sent (where the tracer also wraps the
+functional collectives' Python functions, it marks those events `functional`, and
+`step_traffic` leaves them to the counter).
 """
 
 from __future__ import annotations
@@ -102,7 +104,10 @@ def step_traffic(step: Callable[[], Any]) -> Traffic:
     """Run `step()` once under both counters; what this rank sent."""
     with comm.trace() as tr, FuncolCounter() as fc:
         step()
-    return Traffic(tr.wire_bytes(), fc.wire_bytes(), len(tr.events) + len(fc.calls))
+    # a tracer that wraps the functional collectives too marks their events `functional`:
+    # those are the counter's, so that no call is counted twice
+    plain = [e for e in tr.events if not getattr(e, "functional", False)]
+    return Traffic(sum(e.wire_bytes for e in plain), fc.wire_bytes(), len(plain) + len(fc.calls))
 
 
 def local_bytes(t: torch.Tensor) -> int:
