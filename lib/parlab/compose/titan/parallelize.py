@@ -1,5 +1,5 @@
 r"""torchtitan's `parallelize_llama` on the torchtitan-style Llama: one DeviceMesh, TP + SP
-plans per block, FSDP2 over dp. The course's reference for module 08's exercise 6.
+plans per block, FSDP2 over dp (module 08, section 7).
 
     mesh = world_mesh(plan)                      # ("dp", "pp", "tp"), TP innermost
     part = split_stage(TitanLlama(cfg), mesh["pp"].get_local_rank(), split_layers(cfg, pp))
