@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 CAUGHT_BY = {
-    "check_p2p_step": "activations go to ctx.next_rank, gradients to ctx.prev_rank",
+    "check_p2p_step": "activations come from ctx.prev_rank and go to ctx.next_rank",
 }
 WORLD_SIZES = (3, 4)
 

@@ -39,6 +39,10 @@ BUFFER = ("receive into torch.empty(ctx.shape, dtype=ctx.dtype): torch.empty's d
           "is float32 and this model runs in float64; send y.detach() and x.grad as they are")
 EXERCISE_1 = ("this check runs your steps under your own one_f_one_b from exercise 1: fix "
               "that first (its own test above says how)")
+# One hint for a misdirected recv and a misdirected send: which of the two ranks reports first
+# is a race, and both come from the same mistake.
+DIRECTIONS = ("activations come from ctx.prev_rank and go to ctx.next_rank; gradients come from "
+              "ctx.next_rank and go to ctx.prev_rank")
 
 
 def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
@@ -65,8 +69,7 @@ def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
              hint=f"one action receives one tensor: {thing}")
     if recvs and tuple(recvs[0].group_ranks) != (src,):
         fail(f"{where} received from rank {list(recvs[0].group_ranks) or 'any'}; {thing} comes "
-             f"from rank {src}", rank=r, hint="activations come from ctx.prev_rank, gradients "
-             "from ctx.next_rank")
+             f"from rank {src}", rank=r, hint=DIRECTIONS)
     dst, need_send = (ctx.next_rank, not last) if forward else (ctx.prev_rank, not first)
     out = "its output activation" if forward else "the gradient of its input"
     if need_send and len(sends) != 1:
@@ -78,7 +81,7 @@ def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
              hint="check ctx.is_first / ctx.is_last before sending")
     if sends and tuple(sends[0].group_ranks) != (dst,):
         fail(f"{where} sent {out} to rank {list(sends[0].group_ranks)}, expected rank {dst}",
-             rank=r, hint="activations go to ctx.next_rank, gradients to ctx.prev_rank")
+             rank=r, hint=DIRECTIONS)
 
 
 def _run_schedule(forward_step: Callable, backward_step: Callable, name: str,
