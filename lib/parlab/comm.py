@@ -18,6 +18,10 @@ installed; a rank of `parlab.launch.run` installs it before it unpickles the fun
 notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
 name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
 
+PyTorch's DTensor (tensor-parallel plans, `loss_parallel`) calls the functional collectives of
+`torch.distributed._functional_collectives` instead; `install()` wraps those too, and their
+events say `functional=True` (`parlab.comm_functional` says which, and how they are counted).
+
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`
 (`parlab.comm_bytes`): all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the
 full tensor, all_to_all (t-1)/t*n of the input, send n, recv 0.
@@ -37,6 +41,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from parlab.comm_bytes import payload, wire_bytes
+from parlab.comm_functional import FUNCTIONAL, describe
 from parlab.comm_staging import staged
 
 
@@ -55,6 +60,7 @@ class Event:
     batch: int = 0  # which batch_isend_irecv call posted it (NCCL groups these); 0: none
     gloo_group: bool = False  # on a group made with backend="gloo": gloo on a GPU box too
     seq: int = 0  # this rank's how-many-th such call on its group, or toward its peer (posted())
+    functional: bool = False  # a functional collective (DTensor's), not torch.distributed's
 
     def describe(self) -> str:
         if self.kind == "new_group":
@@ -213,6 +219,30 @@ class _TracedWork:
         return getattr(self._work, name)
 
 
+def _wrap_functional(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """funcol's `name`, seen by the listeners as one call (not again for the funcol function
+    it calls itself: all_gather_tensor calls all_gather_single)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _listeners or _depth[0] or not dist.is_initialized():
+            return fn(*args, **kwargs)
+        kind, ranks, tensor, n, wire = describe(name, fn, args, kwargs)
+        event = Event(kind, len(ranks) or 1, n, wire, ranks, tuple(tensor.shape),
+                      str(tensor.dtype).replace("torch.", ""), str(tensor.device),
+                      seq=_count(kind, ranks), functional=True)
+        _notify("start", event)
+        _depth[0] += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _depth[0] -= 1
+        _notify("end", event)
+        return out
+
+    wrapper.__parlab_original__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -263,6 +293,13 @@ def install() -> None:
             # and for batch_isend_irecv, which calls it.
             setattr(dist, kind, wrapped)
             setattr(c10d, kind, wrapped)
+    import torch.distributed._functional_collectives as funcol
+
+    for name in FUNCTIONAL:
+        fn = getattr(funcol, name, None)
+        if fn is not None:
+            _originals["funcol." + name] = fn
+            setattr(funcol, name, _wrap_functional(name, fn))
 
 
 def add_listener(listener: Listener) -> None:
