@@ -18,9 +18,7 @@ installed; a rank of `parlab.launch.run` installs it before it unpickles the fun
 notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
 name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
 
-PyTorch's DTensor (tensor-parallel plans, `loss_parallel`) calls the functional collectives of
-`torch.distributed._functional_collectives` instead; `install()` wraps those too, and their
-events say `functional=True` (`parlab.comm_functional` says which, and how they are counted).
+DTensor calls funcol's functional collectives instead: wrapped too (`parlab.comm_functional`).
 
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`
 (`parlab.comm_bytes`): all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the
@@ -41,7 +39,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from parlab.comm_bytes import payload, wire_bytes
-from parlab.comm_functional import FUNCTIONAL, describe
+from parlab.comm_functional import functional_fields, install_functional
 from parlab.comm_staging import staged
 
 
@@ -219,31 +217,7 @@ class _TracedWork:
         return getattr(self._work, name)
 
 
-def _wrap_functional(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """funcol's `name`, seen by the listeners as one call (not again for the funcol function
-    it calls itself: all_gather_tensor calls all_gather_single)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not _listeners or _depth[0] or not dist.is_initialized():
-            return fn(*args, **kwargs)
-        kind, ranks, tensor, n, wire = describe(name, fn, args, kwargs)
-        event = Event(kind, len(ranks) or 1, n, wire, ranks, tuple(tensor.shape),
-                      str(tensor.dtype).replace("torch.", ""), str(tensor.device),
-                      seq=_count(kind, ranks), functional=True)
-        _notify("start", event)
-        _depth[0] += 1
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            _depth[0] -= 1
-        _notify("end", event)
-        return out
-
-    wrapper.__parlab_original__ = fn  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap(kind: str, fn: Callable[..., Any], functional: bool = False) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kind in _P2P or kind == "batch_isend_irecv":
@@ -257,10 +231,11 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
             finally:
                 _batch[0] = 0
-        call = staged(kind, fn)  # fn, or fn on host copies where gloo has the GPU's tensors
-        if not _listeners or _depth[0]:
+        call = fn if functional else staged(kind, fn)  # staged: on host copies, where gloo
+        if not _listeners or _depth[0]:  # has the GPU's tensors
             return call(*args, **kwargs)
-        event = _make_event(kind, args, kwargs)
+        event = (Event(**functional_fields(kind, fn, args, kwargs, _count)) if functional
+                 else _make_event(kind, args, kwargs))
         _notify("start", event)
         _depth[0] += 1
         try:
@@ -271,7 +246,7 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if kind == "new_group" and kwargs.get("backend", args[2] if len(args) > 2 else None) \
                 == "gloo" and out is not None:
             _gloo_groups[id(out)] = out
-        if out is not None and (kind in ("isend", "irecv") or (
+        if out is not None and not functional and (kind in ("isend", "irecv") or (
                 kind in _COLLECTIVES and callable(getattr(out, "wait", None)))):
             return _TracedWork(out, event)  # async_op=True: its wait is seen too
         return out
@@ -293,13 +268,7 @@ def install() -> None:
             # and for batch_isend_irecv, which calls it.
             setattr(dist, kind, wrapped)
             setattr(c10d, kind, wrapped)
-    import torch.distributed._functional_collectives as funcol
-
-    for name in FUNCTIONAL:
-        fn = getattr(funcol, name, None)
-        if fn is not None:
-            _originals["funcol." + name] = fn
-            setattr(funcol, name, _wrap_functional(name, fn))
+    install_functional(_wrap, _originals)
 
 
 def add_listener(listener: Listener) -> None:

@@ -4,8 +4,9 @@ PyTorch's DTensor (tensor-parallel plans, `loss_parallel`) does not call torch.d
 Python functions: it calls the *functional* collectives of
 `torch.distributed._functional_collectives` (funcol), which return a new tensor and reach the
 process group through `torch.ops._c10d_functional`. `parlab.comm.install()` wraps the funcol
-functions that DTensor and `loss_parallel` call in torch 2.13 (`FUNCTIONAL`), looked up as
-`funcol.<name>` at call time, as DTensor looks them up. `describe` reads one call:
+functions that DTensor and `loss_parallel` call in torch 2.13 (`FUNCTIONAL`; here,
+`install_functional`), looked up as `funcol.<name>` at call time, as DTensor looks them up.
+Their events carry `functional=True` (`functional_fields`). `describe` reads one call:
 
 - its group, given as a process group, a (mesh, dim) pair, a mesh or a list of ranks
   (funcol's RANK_TYPES), as the global ranks taking part (`funcol._expand_group`);
@@ -32,7 +33,7 @@ import torch.distributed as dist
 
 from parlab.comm_bytes import wire_bytes
 
-__all__ = ["FUNCTIONAL", "Call", "describe"]
+__all__ = ["FUNCTIONAL", "Call", "describe", "functional_fields", "install_functional"]
 
 FUNCTIONAL = {  # functions of torch.distributed._functional_collectives -> the kind reported
     "all_reduce": "all_reduce", "all_gather_single": "all_gather",
@@ -66,3 +67,27 @@ def describe(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Ca
         row_bytes = n // max(1, tensor.shape[0])
         wire = float(n - splits[ranks.index(dist.get_rank())] * row_bytes)
     return kind, ranks, tensor, n, wire
+
+
+def functional_fields(name: str, fn: Callable[..., Any], args: tuple, kwargs: dict,
+                      count: Callable[[str, tuple[int, ...]], int]) -> dict[str, Any]:
+    """parlab.comm.Event's fields for one call of funcol's `name`; `count(kind, ranks)` gives
+    its sequence number (parlab.comm's posted() counter)."""
+    kind, ranks, tensor, n, wire = describe(name, fn, args, kwargs)
+    return {"kind": kind, "group_size": len(ranks) or 1, "nbytes": n, "wire_bytes": wire,
+            "group_ranks": ranks, "shape": tuple(tensor.shape),
+            "dtype": str(tensor.dtype).replace("torch.", ""), "device": str(tensor.device),
+            "seq": count(kind, ranks), "functional": True}
+
+
+def install_functional(wrap: Callable[..., Callable[..., Any]],
+                       originals: dict[str, Callable[..., Any]]) -> None:
+    """Replace each function of FUNCTIONAL in funcol by `wrap(name, fn, functional=True)`,
+    the original kept in `originals` under "funcol.<name>" (parlab.comm.install)."""
+    import torch.distributed._functional_collectives as funcol
+
+    for name in FUNCTIONAL:
+        fn = getattr(funcol, name, None)
+        if fn is not None:
+            originals["funcol." + name] = fn
+            setattr(funcol, name, wrap(name, fn, functional=True))
