@@ -12,6 +12,8 @@ asserted here, so a PyTorch that changes any of it fails this file before the te
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -45,7 +47,9 @@ def _course_tp() -> dict:
                                                                               vocab_size=v)}
     sides = torch_compare.tp_sides(V, C, HEADS, LAYERS, yours=yours,
                                    plan=torch_plans.parallelize_tp,
-                                   loss=torch_plans.parallel_loss)
+                                   loss=torch_plans.parallel_loss,
+                                   more={"unprepared": functools.partial(
+                                       torch_plans.parallelize_tp, prepare=False)})
     return {"sides": sides, "facts": torch_facts.tp_facts(V, C, HEADS)}
 
 
@@ -70,6 +74,10 @@ def test_tp_plan_sends_what_megatron_sends_and_what_the_text_says() -> None:
                 ("block 0 attention", "backward")], (rank, name)
             assert len(calls) == 13, (rank, name)
             assert sum(c.wire for c in calls) == pytest.approx(ring * (10 * act + 3 * tok))
+        unprepared = [(c.region, c.phase) for c in sides["more"]["unprepared"]]
+        for i in range(LAYERS):  # three all-reduces into each attention in backward, not one
+            assert unprepared.count((f"block {i} attention", "backward")) == 3, unprepared
+        assert len(unprepared) == 13 + 2 * LAYERS
         cols = -(-V // t) if rank < t - 1 else V - (t - 1) * -(-V // t)  # torch.chunk: 13 13 11
         assert sides["columns"] == ((B, S, -(-V // t)), (B, S, cols)), rank
         facts = res["facts"]
@@ -101,11 +109,13 @@ class _Ours:
 
 
 def _course_sp() -> dict:
-    from parlab.tp import torch_compare, torch_facts, torch_plans
+    from parlab.tp import SPBlock, torch_compare, torch_facts, torch_plans
 
+    megatron = functools.partial(SPBlock.from_block, regather=True)
     return {"facts": torch_facts.sp_facts(),
             "sides": torch_compare.sp_sides(C, HEADS, 12, yours=_Ours,
-                                            plan=torch_plans.parallelize_sp)}
+                                            plan=torch_plans.parallelize_sp,
+                                            more={"megatron": megatron})}
 
 
 @pytest.mark.slow
@@ -142,6 +152,10 @@ def test_sp_plan_keeps_the_gathered_input_and_reads_partial_grads() -> None:
                 ("attention", "backward", "reduce_scatter")], (rank, name)
             assert all(c.nbytes == act for c in calls if c.phase != "after")
             assert [c.nbytes for c in calls if c.phase == "after"] == after, (rank, name)
+        regathered = [(c.region, c.phase, c.kind) for c in sides["more"]["megatron"]]
+        for part in ("attention", "MLP"):  # labelled by order: half of each pass a part's
+            assert regathered.count((part, "backward", "all_gather")) == 2, regathered
+            assert regathered.count((part, "forward", "all_gather")) == 1, regathered
 
 
 def test_the_figure_and_table_draw_both_sides() -> None:

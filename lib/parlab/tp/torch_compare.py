@@ -5,7 +5,8 @@ the course's (or a learner's) classes, and with PyTorch's API, each step traced 
   `MegatronLM` (the classes and functions of `yours`: embed, block, f, cross_entropy) and its
   SplitLM through `plan(model, mesh)` and `loss(logits, target)` (the loss runs its backward,
   as `loss_parallel` needs); the same ids and targets. Returns each side's calls, loss, this
-  rank's columns of the logits, and the one-device loss.
+  rank's columns of the logits, and the one-device loss; `more` runs other plans beside
+  (module 02 draws the plan without PrepareModuleInput).
 - `sp_sides(hidden, heads, tokens, yours, plan)`: one layer under TP + SP: `yours(block)`
   (module 03's SPBlock: forward(x, generator), `reduce_replicated_grads()`) against a
   SplitBlock through `plan(block, mesh)`, on this rank's tokens, without dropout. The
@@ -40,8 +41,9 @@ def _ids(vocab: int, batch: int, seq: int, seed: int) -> tuple[torch.Tensor, tor
 
 def tp_sides(vocab: int, hidden: int, heads: int, layers: int, *, yours: dict[str, Any],
              plan: Callable[..., Any], loss: Callable[..., Any], batch: int = 2, seq: int = 5,
-             seed: int = 0) -> dict:
-    """One training step both ways on this rank (module docstring)."""
+             seed: int = 0, more: dict[str, Callable[..., Any]] | None = None) -> dict:
+    """One training step both ways on this rank (module docstring); `more`: other plans
+    (name -> plan(model, mesh)) run on their own copy with `loss`, their calls under "more"."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -60,33 +62,61 @@ def tp_sides(vocab: int, hidden: int, heads: int, layers: int, *, yours: dict[st
     y2, l2, c2 = traced_step(theirs, idx, lambda out: loss(out, target), lm_regions(theirs))
     local = y2.to_local() if isinstance(y2, DTensor) else y2
     l2 = l2.to_local() if isinstance(l2, DTensor) else l2
-    return {"yours": c1, "PyTorch": c2, "loss": (float(l1.detach()), float(l2.detach()), one),
+    extra = {}
+    for name, other in (more or {}).items():
+        model = other(make_lm(vocab, hidden, heads, layers, seed=seed, device=dev)[1], mesh)
+        extra[name] = traced_step(model, idx, lambda out: loss(out, target),
+                                  lm_regions(model))[2]
+    return {"yours": c1, "PyTorch": c2, "more": extra,
+            "loss": (float(l1.detach()), float(l2.detach()), one),
             "columns": (tuple(y1.shape), tuple(local.shape)),
             "logits": (y1.detach().cpu(), local.detach().cpu())}
 
 
 def label_sp(calls: list[Call]) -> list[Call]:
-    """Your SP layer's calls named by their order: in forward attention's two, then the
-    MLP's; in backward the MLP's, then attention's (anything else "layer")."""
-    order = {"forward": ["attention"] * 2 + ["MLP"] * 2, "backward": ["MLP"] * 2
-             + ["attention"] * 2}
-    seen = {"forward": 0, "backward": 0}
+    """An SP layer's unlabelled calls named by their order: in forward the first half
+    attention's, the second the MLP's; in backward the reverse (a layer makes as many calls
+    for each, its gather-ins, reduce-scatters and any re-gather alike)."""
+    parts = {"forward": ("attention", "MLP"), "backward": ("MLP", "attention")}
+    counts = {p: sum(c.region == "other" and c.phase == p for c in calls) for p in parts}
+    seen = dict.fromkeys(parts, 0)
     out = []
     for c in calls:
-        if c.region != "other" or c.phase not in order:
+        if c.region != "other" or c.phase not in parts:
             out.append(c)
             continue
-        names = order[c.phase]
-        i = seen[c.phase]
+        first, second = parts[c.phase]
+        name = first if seen[c.phase] < counts[c.phase] / 2 else second
         seen[c.phase] += 1
-        out.append(Call(names[i] if i < len(names) else "layer", c.phase, c.kind, c.nbytes,
-                        c.wire))
+        out.append(Call(name, c.phase, c.kind, c.nbytes, c.wire))
     return out
 
 
+def _yours_step(make: Callable[[Any], Any], block: Any, x: torch.Tensor, up: torch.Tensor,
+                seed: int) -> tuple[list[Call], torch.Tensor, torch.Tensor]:
+    """A layer like module 03's SPBlock (forward(x, generator); the replicated gradients
+    summed by `reduce_replicated_grads()`, or parlab's `allreduce_sequence_parallel_grads()`):
+    its calls labelled by order, its output and its input's gradient."""
+    mine = make(block)
+    with Regions({}) as seen:
+        leaf = x.clone().requires_grad_()
+        y = mine(leaf, torch.Generator().manual_seed(seed))
+        (y * up).sum().backward()
+        with seen.loss():
+            if hasattr(mine, "reduce_replicated_grads"):
+                mine.reduce_replicated_grads()
+            else:
+                mine.allreduce_sequence_parallel_grads()
+    calls = [Call("replicated grads", "after", c.kind, c.nbytes, c.wire)
+             if c.region == "loss" else c for c in label_sp(seen.calls)]
+    return calls, y.detach().cpu(), _grad(leaf)
+
+
 def sp_sides(hidden: int, heads: int, tokens: int, *, yours: Callable[[Any], Any],
-             plan: Callable[..., Any], batch: int = 2, seed: int = 0) -> dict:
-    """One layer under TP + SP both ways on this rank (module docstring)."""
+             plan: Callable[..., Any], batch: int = 2, seed: int = 0,
+             more: dict[str, Callable[[Any], Any]] | None = None) -> dict:
+    """One layer under TP + SP both ways on this rank (module docstring); `more`: other layers
+    made like yours (name -> make(block)), their calls under "more"."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -101,17 +131,10 @@ def sp_sides(hidden: int, heads: int, tokens: int, *, yours: Callable[[Any], Any
     x, up = (torch.randn(batch, tokens, hidden, generator=g).to(dev) for _ in range(2))
     n = tokens // t
     x, up = x[:, rank * n:(rank + 1) * n], up[:, rank * n:(rank + 1) * n]
-    out: dict[str, Any] = {}
-    mine = yours(block)
-    with Regions({}) as seen:
-        leaf = x.clone().requires_grad_()
-        y = mine(leaf, torch.Generator().manual_seed(seed))
-        (y * up).sum().backward()
-        with seen.loss():
-            mine.reduce_replicated_grads()
-    out["yours"] = [Call("replicated grads", "after", c.kind, c.nbytes, c.wire)
-                    if c.region == "loss" else c for c in label_sp(seen.calls)]
-    out["y"], out["x.grad"] = [y.detach().cpu()], [_grad(leaf)]
+    calls, y, dx = _yours_step(yours, block, x, up, seed)
+    out: dict[str, Any] = {"yours": calls, "y": [y], "x.grad": [dx],
+                           "more": {name: _yours_step(make, block, x, up, seed)[0]
+                                    for name, make in (more or {}).items()}}
     mesh = init_device_mesh(dev.type, (t,))
     theirs = plan(SplitBlock.from_block(block), mesh)
     with Regions({"attention": theirs.attn, "MLP": theirs.mlp}) as seen:

@@ -3,8 +3,8 @@
 `plot_step_collectives(sides)`: for each part of the model (the embedding, each block's
 attention and MLP, the head, the loss) one row per side, in two panels, forward and backward;
 each collective a segment as long as the bytes one rank sends for it (ring), coloured by its
-kind, the row's total written at its end. Two sides that do the same thing draw the same
-rows; a collective one of them makes twice stands out as a longer row.
+kind and hatched by side, the row's total written at its end. Two sides that do the same
+thing draw the same rows; a collective one of them makes twice stands out as a longer row.
 
 `calls_table(sides)`: the same as a Markdown table, bytes per part, pass and side, with the
 all-reduces made after backward to read the gradients of replicated parameters (SP).
@@ -24,6 +24,7 @@ __all__ = ["plot_step_collectives", "calls_table", "KIND_COLOURS"]
 
 KIND_COLOURS = {"all_reduce": "#4c72b0", "all_gather": "#55a868", "reduce_scatter": "#dd8452",
                 "all_to_all_single": "#8172b3", "broadcast": "#937860"}
+HATCHES = ("", "//", "..")  # one per side, in the order given
 PHASES = ("forward", "backward", "after")  # "after": reading the gradients (SP)
 
 
@@ -52,21 +53,23 @@ def plot_step_collectives(sides: Mapping[str, Sequence[Call]], *, title: str = "
             left = 0.0
             for c in (c for c in sides[name] if c.phase == phase and c.region == part):
                 ax.barh(y, c.wire, left=left, color=KIND_COLOURS.get(c.kind, "grey"),
-                        edgecolor="white", height=0.7, hatch="//" if names.index(name) else "")
+                        edgecolor="white", height=0.7, hatch=HATCHES[names.index(name) % 3])
                 left += c.wire
             ax.text(left + top * 0.02, y, f"{left:,.0f} B", va="center", fontsize=8)
         ax.set_yticks(range(len(rows[phase])))
-        ax.set_yticklabels([f"{part} ({name})" for part, name in rows[phase]], fontsize=8)
+        ax.set_yticklabels([part if name == names[0] else "" for part, name in rows[phase]],
+                           fontsize=8)  # one label per part; the hatch says whose row it is
         ax.invert_yaxis()
         ax.set_xlim(0, top * 1.35)
         ax.set_title(f"{phase}", fontsize=10)
         ax.set_xlabel("bytes one rank sends (ring)")
-    kinds = sorted({c.kind for calls in sides.values() for c in calls})
+    kinds = sorted({c.kind for calls in sides.values() for c in calls if c.phase in PHASES[:2]})
     fig.legend(handles=[Patch(color=KIND_COLOURS.get(k, "grey"), label=k) for k in kinds]
-               + [Patch(facecolor="white", edgecolor="black", hatch="//", label=names[-1])],
-               loc="upper center", ncol=len(kinds) + 1, fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=11, y=1.04)
-    fig.tight_layout()
+               + [Patch(facecolor="white", edgecolor="black", hatch=HATCHES[i % 3], label=n)
+                  for i, n in enumerate(names)],
+               loc="lower center", ncol=len(kinds) + len(names), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 

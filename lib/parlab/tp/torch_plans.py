@@ -43,9 +43,10 @@ __all__ = ["tp_block_plan", "sp_block_plan", "top_plan", "parallelize_tp", "para
            "parallel_loss"]
 
 
-def tp_block_plan() -> dict[str, Any]:
+def tp_block_plan(*, prepare: bool = True) -> dict[str, Any]:
     """The plan of one SplitBlock under TP: q, k, v and fc1 column-parallel, proj and fc2
-    row-parallel, attention's input prepared once (one backward all-reduce, as f's)."""
+    row-parallel, attention's input prepared once (one backward all-reduce, as f's; with
+    prepare=False not: three, one per ColwiseParallel, as module 02 measures)."""
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -53,8 +54,9 @@ def tp_block_plan() -> dict[str, Any]:
         RowwiseParallel,
     )
 
-    return {"attn": PrepareModuleInput(input_layouts=Replicate(),
-                                       desired_input_layouts=Replicate()),
+    prepared = {"attn": PrepareModuleInput(input_layouts=Replicate(),
+                                           desired_input_layouts=Replicate())}
+    return {**(prepared if prepare else {}),
             "attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(),
             "attn.v": ColwiseParallel(), "attn.proj": RowwiseParallel(),
             "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
@@ -99,13 +101,14 @@ def _local_heads(attn: Any, t: int) -> None:
     attn.n_heads //= t  # this rank's heads: q holds C/t features
 
 
-def parallelize_tp(model: nn.Module, mesh: Any) -> nn.Module:
+def parallelize_tp(model: nn.Module, mesh: Any, *, prepare: bool = True) -> nn.Module:
     """A SplitLM under TP over the 1-D `mesh`, in place: every block's plan, the embedding
-    and the head; each attention told how many heads this rank holds."""
+    and the head; each attention told how many heads this rank holds. prepare=False: no
+    PrepareModuleInput on the attention (`tp_block_plan`)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
     for block in model.blocks:  # type: ignore[union-attr]
-        parallelize_module(block, mesh, tp_block_plan())
+        parallelize_module(block, mesh, tp_block_plan(prepare=prepare))
         _local_heads(block.attn, mesh.size())
     return parallelize_module(model, mesh, top_plan())
 
