@@ -21,7 +21,7 @@ CHECKS = {
                                                            world_size=t, quiet=True),
     "check_saved_bytes": lambda ns, t: spcheck.check_saved_bytes(ns.saved_bytes, world_size=t,
                                                                  quiet=True),
-    # exercise 6 (issue 45): PyTorch's API, its visible test on 2 ranks (hidden: 3 and 4)
+    # exercise 6 (issue 45): PyTorch's API, its visible test on 2 ranks (hidden: 3)
     "check_torch_sp": lambda ns, t: spcheck.check_torch_sp(ns.parallelize_sp, world_size=t,
                                                            quiet=True),
 }
@@ -30,7 +30,7 @@ TABLE = Table(
     answers=6,
     checks=CHECKS,
     # the visible test runs 2 ranks, then 3 (the p_drop = 0.1 call: 3 only), the hidden one 4;
-    # exercise 6's visible test 2 ranks (its solution's 3 and 4 run in the course run)
+    # exercise 6's visible test 2 ranks (its solution's hidden 3 runs in the course run)
     sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_sp_dropout_p": (3, 4),
            "check_torch_sp": (2, 3, 4)},
     solution_sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_torch_sp": (2,)},

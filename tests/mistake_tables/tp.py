@@ -24,7 +24,7 @@ CHECKS = {
         ns.vocab_parallel_cross_entropy, world_size=t, vocab=(37, 36), quiet=True),
 }
 # exercise 9 (issue 45): PyTorch's API, its visible test on 3 ranks with V = 37 (the hidden
-# ones 2 and 4: the solution passes them in the course run)
+# one 2 ranks with V = 36: the solution passes it in the course run)
 TORCH = {"check_torch_tp": lambda ns, t: tpcheck.check_torch_tp(
     ns.parallelize_tp, ns.tp_loss, world_size=t, vocab=37, quiet=True)}
 # as the visible tests' second calls make them: other sizes (issue 32.6), attention without

@@ -23,7 +23,8 @@ of the (B, T, C) activation into attention and into the MLP and a reduce-scatter
 in backward the same two for each, in the reverse order.
 
 A right answer does not depend on, and the tests vary: the world size (visible: 2 ranks, 6
-tokens each; hidden: 3 and 4), the number of layers (2), the weights and inputs (seeded).
+tokens each; hidden: 3, 4 tokens each), the number of layers (2), the weights and inputs
+(seeded).
 
 In the ranks the course's own plans (`parlab.tp.torch_plans`) are refused. Under the verifier
 every rank but 0 is handed NaN where it owns nothing (`torch_common.hide_unowned`).

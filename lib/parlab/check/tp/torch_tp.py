@@ -27,9 +27,9 @@ per token in the loss (max, sum of exponentials, the target's logit: your exerci
 in backward one into each MLP, each attention and the head (f's).
 
 A right answer does not depend on, and the tests vary: the world size and V, with V not a
-multiple of t (visible: 3 ranks, V = 37: 13, 13 and 11 words; hidden: 2 ranks with V = 36, 4
-with V = 30: 8, 8, 8 and 6), the number of blocks (2: a plan for the first block only fails),
-the weights and the words (seeded, random; targets 0 and V - 1 included).
+multiple of t (visible: 3 ranks, V = 37: 13, 13 and 11 words; hidden: 2 ranks with V = 36, 18
+each), the number of blocks (2: a plan for the first block only fails), the weights and the
+words (seeded, random; targets 0 and V - 1 included).
 
 In the ranks the course's own plans (`parlab.tp.torch_plans`) are refused. Under the verifier
 every rank but 0 is handed NaN where it owns nothing (`torch_common.hide_unowned`).
