@@ -35,11 +35,14 @@ The loss (`logits_bytes`): the output layer's logits, cast to fp32 for the cross
 kept for backward (its gradient is softmax minus one-hot): $4\,sbV$ bytes per micro-batch, or
 $4\,sbV/t$ per TP rank under Megatron-LM's vocabulary-parallel cross-entropy, where each rank
 keeps its $V/t$ columns and reduces only the max, the sum of exponentials and the target logit
-across the group. Korthikanti et al. (section 4.3) count them with the final LayerNorm's and
-the head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits' share,
-$4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). At s = 8192
-and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a layer's
-$34\,sbh$ at any h below 15,000.
+across the group. Korthikanti et al. (section 4.3) count them with the final LayerNorm's and the
+head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits' share,
+$4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). They add that
+term to the first stage's total only when p = 1 (the single stage is both ends), and call it
+negligible there; with a pipeline the logits sit on the last stage, which holds one
+micro-batch's activations under 1F1B, not p, so the fullest GPU is not always the first.
+At s = 8192 and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a
+layer's $34\,sbh$ at any h below 15,000.
 
 The meter: `SavedTensorMeter` counts what autograd saves for backward while it is open
 (`torch.autograd.graph.saved_tensors_hooks`), each storage once, skipping the storages of the

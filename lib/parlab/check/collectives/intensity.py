@@ -5,13 +5,13 @@ compare the learner's numbers with `parlab.costs` (relative tolerance 1e-6, so f
 fine): tensor parallelism offers $\approx H$, data parallelism $3N_{tok}$ (the all-reduce
 counted as 2P gradient elements), a link needs FLOP/s / (bytes/s), headroom is offered /
 needed and a strategy is compute-bound when its headroom is at least 1. The points: the
-worked example's numbers (H = 8192, 4M tokens, 1 PFLOP/s) on its three links, then random
+worked example's numbers (H = 8192, 4M tokens, 989.4 TFLOP/s) on its three links, then random
 points with hidden sizes that are not powers of two.
 
-A right answer does not depend on, and the tests vary: every argument (the visible tests of
-both checks add 20 random points, the hidden ones 200: H, tokens, FLOP/s and bytes/s drawn
-log-uniformly), so a number of the worked example written in (its H, its 1 PFLOP/s, one of its
-links) fails visibly and is named when the answer matches it.
+A right answer does not depend on, and the tests vary: every argument (the visible tests of both
+checks add 20 random points, the hidden ones 200: H, tokens, FLOP/s and bytes/s drawn
+log-uniformly), so a number of the worked example written in (its H, its 989.4 TFLOP/s, one of
+its links) fails visibly and is named when the answer matches it.
 
 While the learner's functions run, parlab.costs' FLOPs-per-byte functions are refused
 (`call_learner(refuse=...)`): a wrapper around them gets the same message as a bare re-export.
