@@ -21,20 +21,27 @@ CHECKS = {
                                                            world_size=t, quiet=True),
     "check_saved_bytes": lambda ns, t: spcheck.check_saved_bytes(ns.saved_bytes, world_size=t,
                                                                  quiet=True),
+    # exercise 6 (issue 45): PyTorch's API, its visible test on 2 ranks (hidden: 3)
+    "check_torch_sp": lambda ns, t: spcheck.check_torch_sp(ns.parallelize_sp, world_size=t,
+                                                           quiet=True),
 }
 TABLE = Table(
     module="03_sequence_parallel",
-    answers=5,
+    answers=6,
     checks=CHECKS,
-    # the visible test runs 2 ranks, then 3 (the p_drop = 0.1 call: 3 only), the hidden one 4
-    sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_sp_dropout_p": (3, 4)},
-    solution_sizes={check: (2, 3, 4) for check in CHECKS},
+    # the visible test runs 2 ranks, then 3 (the p_drop = 0.1 call: 3 only), the hidden one 4;
+    # exercise 6's visible test 2 ranks (its solution's hidden 3 runs in the course run)
+    sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_sp_dropout_p": (3, 4),
+           "check_torch_sp": (2, 3, 4)},
+    solution_sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_torch_sp": (2,)},
     where={check: ("rank ", "sp_layer_bytes(b=") for check in CHECKS},
     required=frozenset({
         "gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank",  # issue 6
         "dropout_scale_over_p", "dropout_in_place", "fresh_layernorm",  # issue 16
         "hardcoded_hidden", "sp_bytes_no_dtype",
-        "dropout_mask_for_two"}),  # issue 44: t varied by the visible tests
+        "dropout_mask_for_two",  # issue 44: t varied by the visible tests
+        "torch_sp_no_prepare", "torch_sp_prepare_replicate", "torch_sp_norms_left_out",  # 45.2
+        "torch_sp_tp_output", "torch_sp_local_norm", "torch_sp_heads_not_divided"}),
     reexports={
         "alias_block": ("check_sp_block", "from parlab.tp.block import SPBlock"),
         "subclass_block": ("check_sp_block", """
@@ -74,6 +81,13 @@ TABLE = Table(
                     [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias,
                      self.fc2.bias])
             SPBlock.reduce_replicated_grads = reduce_replicated_grads
+        """),
+        "torch_plan_alias": ("check_torch_sp",
+                             "from parlab.tp.torch_plans import parallelize_sp"),
+        "torch_plan_wrapper": ("check_torch_sp", """
+            import parlab.tp.torch_plans
+            def parallelize_sp(block, mesh):
+                return parlab.tp.torch_plans.parallelize_sp(block, mesh)
         """),
         "alias_saved_bytes": ("check_saved_bytes", "from parlab.costs.activations import "
                               "saved_tensor_bytes as saved_bytes"),

@@ -17,6 +17,7 @@ Seen: `dist.isend(...)`, and a name imported from torch.distributed while the tr
 installed; a rank of `parlab.launch.run` installs it before it unpickles the function, so a
 notebook cell's `from torch.distributed import isend` is seen there (cloudpickle ships it by
 name). Not seen: a name bound before `install()` ran in its process (tests/test_comm.py).
+DTensor calls PyTorch's functional collectives instead: wrapped too (`functional`).
 
 Wire bytes are the bytes a rank sends under the ring algorithms of `parlab.costs`
 (`parlab.comm.bytes`): all_reduce 2(t-1)/t*n, all_gather and reduce_scatter (t-1)/t*n of the
@@ -24,6 +25,7 @@ full tensor, all_to_all (t-1)/t*n of the input, send n, recv 0.
 
 - `tracer`: the wrappers, the listeners and `trace()`;
 - `bytes`: a call's payload and its wire bytes under the ring algorithms;
+- `functional`: the functional collectives DTensor calls (funcol): their wrappers' fields;
 - `staging`: CUDA tensors through the host where gloo cannot take them (`PARLAB_ONE_GPU`).
 """
 

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from parlab.comm.bytes import payload, wire_bytes
+from parlab.comm.functional import functional_fields, install_functional
 from parlab.comm.staging import staged
 
 
@@ -33,6 +34,7 @@ class Event:
     batch: int = 0  # which batch_isend_irecv call posted it (NCCL groups these); 0: none
     gloo_group: bool = False  # on a group made with backend="gloo": gloo on a GPU box too
     seq: int = 0  # this rank's how-many-th such call on its group, or toward its peer (posted())
+    functional: bool = False  # a functional collective (DTensor's), not torch.distributed's
 
     def describe(self) -> str:
         if self.kind == "new_group":
@@ -191,7 +193,7 @@ class _TracedWork:
         return getattr(self._work, name)
 
 
-def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap(kind: str, fn: Callable[..., Any], functional: bool = False) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kind in _P2P or kind == "batch_isend_irecv":
@@ -205,10 +207,11 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
             finally:
                 _batch[0] = 0
-        call = staged(kind, fn)  # fn, or fn on host copies where gloo has the GPU's tensors
-        if not _listeners or _depth[0]:
+        call = fn if functional else staged(kind, fn)  # staged: on host copies, where gloo
+        if not _listeners or _depth[0]:  # has the GPU's tensors
             return call(*args, **kwargs)
-        event = _make_event(kind, args, kwargs)
+        event = (Event(**functional_fields(kind, fn, args, kwargs, _count)) if functional
+                 else _make_event(kind, args, kwargs))
         _notify("start", event)
         _depth[0] += 1
         try:
@@ -219,7 +222,7 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if kind == "new_group" and kwargs.get("backend", args[2] if len(args) > 2 else None) \
                 == "gloo" and out is not None:
             _gloo_groups[id(out)] = out
-        if out is not None and (kind in ("isend", "irecv") or (
+        if out is not None and not functional and (kind in ("isend", "irecv") or (
                 kind in _COLLECTIVES and callable(getattr(out, "wait", None)))):
             return _TracedWork(out, event)  # async_op=True: its wait is seen too
         return out
@@ -241,6 +244,7 @@ def install() -> None:
             # and for batch_isend_irecv, which calls it.
             setattr(dist, kind, wrapped)
             setattr(c10d, kind, wrapped)
+    install_functional(_wrap, _originals)
 
 
 def add_listener(listener: Listener) -> None:

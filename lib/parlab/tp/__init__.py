@@ -14,6 +14,13 @@
   `vocab_parallel_cross_entropy` (the loss without gathering the logits; the padded logits
   masked, this course's choice), `padded_vocab_size` (Megatron-LM's padding) and the bytes of
   the logits against those of the loss.
+
+The same with PyTorch's own API (imported from their files, not here: they load
+torch.distributed.tensor when used): `torch_model` (the course's layer with q, k and v as three
+Linears, `SplitAttention`, `SplitBlock`, `SplitLM`, `make_lm`), `torch_plans` (the
+`parallelize_module` plans of TP and TP + SP, `parallel_loss` under `loss_parallel`),
+`torch_measure` (a step's collectives part by part, `MegatronLM`, `saved_bytes`),
+`torch_compare` (both ways on the same weights) and `torch_figure` (drawn side by side).
 """
 
 from parlab.tp.attention import TPAttention, TPBlock, heads_first_qkv

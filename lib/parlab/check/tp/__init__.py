@@ -10,6 +10,7 @@ r"""Graded checks of module 02, "Tensor parallelism": one module per exercise.
 | `check_tp_block`         | 6        | `block`     | 1, 2, 3, 5           |
 | `check_vocab_embedding`  | 7        | `vocab`     | 1                    |
 | `check_vocab_cross_entropy` | 8     | `vocab`     |                      |
+| `check_torch_tp`         | 9        | `torch_tp`  |                      |
 
 Every check runs the learner's code on `world_size` ranks (`parlab.check.run_checked`) and
 compares it, rank by rank, with the single-device module built from the same weights, every
@@ -32,6 +33,11 @@ Inputs and tolerances:
   randomised layers' values are of order 10, and a different summation order moves an entry
   by up to ~1e-5; a wrong shard or a missing all-reduce moves it by ~1e-1).
 
+Exercise 9 builds the same tensor parallelism with PyTorch's API (`parallelize_module`,
+`loss_parallel`): `torch_tp` compares it with one device and its collectives, part by part,
+with this module's TP; its rank half is `torch_tp_worker`, what it shares with module 03's
+exercise 6 `torch_common`, the API's pitfalls by the words of its errors `torch_hints`.
+
 In the ranks, parlab's own TP classes (parlab.tp) raise CheckFailed when used, and while a byte
 formula runs so do the course's cost functions: an answer that re-exports, wraps or subclasses
 them is rejected.
@@ -42,9 +48,10 @@ from parlab.check.tp.block import check_tp_block
 from parlab.check.tp.fg import check_f_g
 from parlab.check.tp.linears import check_parallel_linears
 from parlab.check.tp.mlp import check_row_first, check_tp_mlp
+from parlab.check.tp.torch_tp import check_torch_tp
 from parlab.check.tp.vocab import check_vocab_cross_entropy, check_vocab_embedding
 from parlab.errors import CheckFailed
 
 __all__ = ["check_f_g", "check_parallel_linears", "check_tp_mlp", "check_row_first",
            "check_tp_attention", "check_tp_block", "check_vocab_embedding",
-           "check_vocab_cross_entropy", "CheckFailed"]
+           "check_vocab_cross_entropy", "check_torch_tp", "CheckFailed"]
