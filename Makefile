@@ -202,7 +202,9 @@ release: setup
 # Instructor workflow (autograder/README.md): collect FROM=<folder> [TIMES=<csv>], autograde
 # [MODULE=..] [STUDENT=..] [ALL=1] [WORKERS=3] [UNSAFE=1] (new and changed submissions only,
 # unless ALL=1; UNSAFE=1: without the sandbox, recorded), export (grades.csv), feedback,
-# report (report.html). Every nbgrader call runs with the venv's bin/ first on PATH
+# report (report.html). ENGINE=slurm grades on a Slurm cluster instead of this machine: one job
+# array of TASKS shares, WORKERS at once, and a dependent merge step (autograder/cluster/
+# autograde.sbatch; SBATCH_ARGS="--partition=.. --account=.." for your site). Every nbgrader call runs with the venv's bin/ first on PATH
 # (parlab.grading.run_nbgrader). Learners: `make check MODULE=..` runs the visible tests of
 # their own notebook (workspace/, else course/).
 FROM ?=
@@ -212,13 +214,16 @@ STUDENT ?=
 ALL ?=
 UNSAFE ?=
 WORKERS ?= 3
+ENGINE ?= local
+TASKS ?= 16
+SBATCH_ARGS ?=
 GRADING := $(PY) -m parlab.grading
 
 collect: setup
 	$(GRADING) collect "$(FROM)"$(if $(TIMES), --times "$(TIMES)")
 
 autograde: setup sandbox
-	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS) --engine $(ENGINE)$(if $(filter slurm,$(ENGINE)), --tasks $(TASKS) --sbatch-args "$(SBATCH_ARGS)")$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
 # FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
 # grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin
