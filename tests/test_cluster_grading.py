@@ -3,7 +3,8 @@ faultlab module, honest and blank notebooks beside fault and attack corpus entri
 a Slurm job array and merged by its dependent job, scores as the class's expected ones
 (grading_runs.expected_class, from the corpus entries, which the local run of test_class.py
 is held to) and, cell by cell, as a local run of the same class; one task cancelled mid-way
-is named with its students, nothing of it is left running, and the next run grades just those.
+is named with its students and nothing of it is left running; a run killed outright is ended
+by the next, which grades just the cancelled task's students.
 `make test-cluster` (PARLAB_TEST_CLUSTER=1), as root; about 2 minutes."""
 
 from __future__ import annotations
@@ -75,17 +76,19 @@ def _autograde(cluster, root) -> subprocess.Popen[str]:
         env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _task_of(root, student: str) -> tuple[int, int]:
-    """(array job, task index) of the share grading `student`, once that task has started."""
+def _task_of(root, student: str, other_than: int = 0) -> tuple[int, int, str]:
+    """(array job, task index, run token) of the share grading `student` in a run whose
+    array is not `other_than`, once that task has started."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         for run in (root / "autograded" / ".parlab" / "slurm").glob("*"):
             jobs = (run / "jobs").read_text().split() if (run / "jobs").exists() else []
             for share in run.glob("worker*"):
-                if share.is_dir() and (share / "submitted" / student).exists() and jobs:
+                if (share.is_dir() and (share / "submitted" / student).exists() and jobs
+                        and int(jobs[0]) != other_than):
                     index = int(share.name.removeprefix("worker"))
                     if (run / f"worker{index}.started").exists():
-                        return int(jobs[0]), index
+                        return int(jobs[0]), index, run.name
         time.sleep(0.5)
     raise TimeoutError(f"no task grading {student} started in 90 s")
 
@@ -119,7 +122,7 @@ def test_a_class_graded_as_a_slurm_array_scores_as_locally_and_a_killed_task_is_
 
     # 1. The array, one task cancelled while it grades (the infinite loop's 15 s cell)
     first = _autograde(slurm_cluster, root)
-    array, task = _task_of(root, SLOW)
+    array, task, _ = _task_of(root, SLOW)
     time.sleep(3)
     slurm_cluster.run("scancel", f"{array}_{task}")
     out, _ = first.communicate(timeout=240)
@@ -133,14 +136,22 @@ def test_a_class_graded_as_a_slurm_array_scores_as_locally_and_a_killed_task_is_
     assert _processes_of(run.token) == [], "a process of the run outlived it"
     assert not list(slurm_cluster.tmp.glob("parlab-grade-*")), "a task's scratch is left"
 
-    # 2. The next run grades just the killed task's students
-    second = _autograde(slurm_cluster, root)
-    out2, _ = second.communicate(timeout=240)
-    assert second.returncode == 0, out2
-    assert {r.student for r in GradeRun.load(root).results} == killed, out2
+    # 2. A run killed outright while it grades (no chance to cancel its jobs)
+    orphaned = _autograde(slurm_cluster, root)
+    orphan, _, orphan_token = _task_of(root, SLOW, other_than=array)
+    orphaned.kill()
+    orphaned.wait()
+
+    # 3. The next run ends what that one left, and grades just the cancelled task's students
+    third = _autograde(slurm_cluster, root)
+    out3, _ = third.communicate(timeout=240)
+    assert third.returncode == 0, out3
+    assert slurm_cluster.job(orphan)["JobState"] == "CANCELLED", out3
+    assert _processes_of(orphan_token) == [], "a process of the killed run outlived it"
+    assert {r.student for r in GradeRun.load(root).results} == killed, out3
     slurm_scores = _scores(root)
-    assert {s: score for s, (score, _) in slurm_scores.items()} == expect, out + out2
-    # the first run's folder was removed by the second (which keeps its own until the next)
+    assert {s: score for s, (score, _) in slurm_scores.items()} == expect, out + out3
+    # the earlier runs' folders are removed (the last one's stays until the next run)
     assert len(list((root / "autograded" / ".parlab" / "slurm").iterdir())) == 1
     slurm_seconds = time.monotonic() - start
 
