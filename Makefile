@@ -168,8 +168,9 @@ test-hub:
 # A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of
 # their own, one cluster for the whole session, stopped at its end with nothing left behind.
-# tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a job as
-# an ordinary Unix user (README.md, "Running on a Slurm cluster"). As root; about 2 minutes
+# tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a class
+# graded by `make autograde ENGINE=slurm`, a job as an ordinary Unix user (README.md,
+# "Running on a Slurm cluster"). As root; about 6 minutes
 # on 2 cores, so not part of `make test`. Debian's slurm-wlm and munge are installed where
 # apt-get, root or passwordless sudo allow (on a machine with systemd the packages also
 # enable munge.service, which the tests do not use); otherwise it says so and the tests skip.
