@@ -117,11 +117,20 @@ class SlurmArray:
     def _wait(self, run: Path, array: int, merge: int, tasks: int) -> None:
         """Until neither job is queued; a line of progress whenever it changes."""
         start, last = time.monotonic(), ""
+        silent: float | None = None  # since when squeue has not answered
+        said = False
         while True:
             queued = queue.queued(array, merge)
             if queued is None:  # the controller did not answer: ask again
+                if silent is None:
+                    silent = time.monotonic()
+                elif time.monotonic() - silent > 60 and not said:
+                    self.say("squeue has not answered for a minute; still waiting (Ctrl-C "
+                             "cancels the run's jobs)")
+                    said = True
                 time.sleep(self.poll_s)
                 continue
+            silent = None
             done = {i for i in range(tasks) if (run / f"worker{i}.exit").exists()}
             states = {i: queued.get(f"{array}_{i}") for i in range(tasks)}
             pending = sum(s in queue.WAITING for i, s in states.items() if i not in done)
@@ -175,13 +184,12 @@ def end_earlier_runs(folder: Path, timeout: float = 60) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` is a live grading command (not a process that reused the number)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return pid != os.getpid()
+    return pid != os.getpid() and b"parlab.grading" in cmdline
 
 
 @contextmanager
