@@ -151,8 +151,11 @@ def test_a_class_graded_as_a_slurm_array_scores_as_locally_and_a_killed_task_is_
     assert {r.student for r in GradeRun.load(root).results} == killed, out3
     slurm_scores = _scores(root)
     assert {s: score for s, (score, _) in slurm_scores.items()} == expect, out + out3
-    # the earlier runs' folders are removed (the last one's stays until the next run)
-    assert len(list((root / "autograded" / ".parlab" / "slurm").iterdir())) == 1
+    # the earlier runs' folders are removed (the last one's stays until the next run), and
+    # the last one's merge job merged both of its tasks' submissions itself
+    runs = list((root / "autograded" / ".parlab" / "slurm").iterdir())
+    assert len(runs) == 1, runs
+    assert f"merged {len(killed)} submissions" in (runs[0] / "merge.out").read_text(), out3
     slurm_seconds = time.monotonic() - start
 
     # 3. The same class graded on this machine: the same score in every cell
