@@ -215,7 +215,7 @@ STUDENT ?=
 ALL ?=
 UNSAFE ?=
 WORKERS ?= 3
-ENGINE ?= local
+ENGINE ?=
 TASKS ?= 16
 SBATCH_ARGS ?=
 GRADING := $(PY) -m parlab.grading
@@ -224,7 +224,7 @@ collect: setup
 	$(GRADING) collect "$(FROM)"$(if $(TIMES), --times "$(TIMES)")
 
 autograde: setup sandbox
-	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS) --engine $(ENGINE)$(if $(filter slurm,$(ENGINE)), --tasks $(TASKS) --sbatch-args "$(SBATCH_ARGS)")$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(ENGINE), --engine $(ENGINE))$(if $(filter slurm,$(ENGINE)), --tasks $(TASKS) --sbatch-args "$(SBATCH_ARGS)")$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
 # FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
 # grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin
