@@ -66,12 +66,13 @@ def _class(root) -> list[str]:
     return sorted(p.name for p in (root / "submitted").iterdir())
 
 
-def _autograde(cluster, root) -> subprocess.Popen[str]:
+def _autograde(cluster, root, sbatch_args: str = "") -> subprocess.Popen[str]:
     """What `make autograde ENGINE=slurm TASKS=3 WORKERS=2` runs, on `root`; 1.5 GB a task
     (the nodes have 4 GB; the sandbox's own limit stays FAULT_ARGS' 3 GiB)."""
     return subprocess.Popen(
         [sys.executable, "-m", "parlab.grading", "--root", str(root), "autograde",
-         "--engine", "slurm", "--tasks", "3", "--workers", "2", "--sbatch-args=--mem=1500M",
+         "--engine", "slurm", "--tasks", "3", "--workers", "2",
+         f"--sbatch-args=--mem=1500M {sbatch_args}",
          *(["--unsafe"] if NO_SANDBOX else []), "--", *FAULT_ARGS],
         env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -120,9 +121,21 @@ def test_a_class_graded_as_a_slurm_array_scores_as_locally_and_a_killed_task_is_
     expect = {s: raw for s, (raw, _, _) in expected_class().items() if s in students}
     assert len(expect) == len(students) == 5, students
 
+    # 0. Nodes that cannot make the sandbox (no bubblewrap in the jobs' environment only):
+    # every task fails, saying why, and nothing is graded
+    refused = 0  # that run's array
+    if not NO_SANDBOX:
+        nowhere = _autograde(slurm_cluster, root, "--export=ALL,PARLAB_BWRAP=/nonexistent")
+        out0, _ = nowhere.communicate(timeout=120)
+        assert nowhere.returncode == 1, out0
+        assert len(re.findall(r"^\[parlab\] slurm task \d+_\d FAILED: failed \(no sandbox can be "
+                              r"made on node[12]: bubblewrap", out0, re.MULTILINE)) == 3, out0
+        assert all(r.score is None for r in GradeRun.load(root).results), out0
+        refused = int(re.search(r"as Slurm job (\d+)", out0).group(1))
+
     # 1. The array, one task cancelled while it grades (the infinite loop's 15 s cell)
     first = _autograde(slurm_cluster, root)
-    array, task, _ = _task_of(root, SLOW)
+    array, task, _ = _task_of(root, SLOW, other_than=refused)
     time.sleep(3)
     slurm_cluster.run("scancel", f"{array}_{task}")
     out, _ = first.communicate(timeout=240)

@@ -83,6 +83,8 @@ class SlurmArray:
         run.mkdir(parents=True)
         (run / "token").write_text(job.token)
         (run / "owner").write_text(f"{socket.gethostname()} {os.getpid()}")
+        if config_value("ResilientExecute", "sandbox", False, job.nbgrader_args):
+            (run / "sandboxed").touch()  # each task checks that its node can make one
         on_run = replace(job, work=run)
         for i, share in enumerate(shares):
             wroot = prepare(on_run, i, share)
@@ -154,8 +156,11 @@ class SlurmArray:
         if (run / f"worker{i}.exit").exists():
             return wroot, log
         names = ", ".join(f"{s}/{m}" for m, s in share)
+        said = [ln.removeprefix("[parlab] ") for ln in log.splitlines()
+                if ln.startswith("[parlab] ")]  # what the task said of its end, if anything
         why = (f"[parlab] slurm task {array}_{i} {queue.explain(queue.final_state(array, i))}"
-               f"; not graded: {names}; the next `make autograde ENGINE=slurm` grades them")
+               + (f" ({said[-1]})" if said else "")
+               + f"; not graded: {names}; the next `make autograde ENGINE=slurm` grades them")
         self.say(why)
         for m, s in share:  # an older graded notebook would read as this submission's grade
             shutil.rmtree(job.root / "autograded" / s / m, ignore_errors=True)
