@@ -9,7 +9,8 @@ autograder/cluster/autograde.sbatch twice (read it: it is what runs on the nodes
     sbatch --dependency=afterany:<array> ...                      # the merge, after them all
 
 Each task grades its share on node-local disk with plain `nbgrader autograde` (the sandbox and
-the verifier, as on one machine) and copies its gradebook and notebooks back; the merge step
+the verifier, as on one machine; a node that cannot make the sandbox fails the task, saying
+why) and copies its gradebook and notebooks back; the merge step
 merges the finished shares into gradebook.db (`merge-shares`, the same
 parlab.grading.engines.merge.merge_shares as a local run). Meanwhile this process prints the
 tasks pending, running and done whenever that changes, from squeue and the tasks' own files.
