@@ -168,8 +168,9 @@ test-hub:
 # A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of
 # their own, one cluster for the whole session, stopped at its end with nothing left behind.
-# tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a job as
-# an ordinary Unix user (README.md, "Running on a Slurm cluster"). As root; about 2 minutes
+# tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a class
+# graded by `make autograde ENGINE=slurm`, a job as an ordinary Unix user (README.md,
+# "Running on a Slurm cluster"). As root; about 6 minutes
 # on 2 cores, so not part of `make test`. Debian's slurm-wlm and munge are installed where
 # apt-get, root or passwordless sudo allow (on a machine with systemd the packages also
 # enable munge.service, which the tests do not use); otherwise it says so and the tests skip.
@@ -202,7 +203,9 @@ release: setup
 # Instructor workflow (autograder/README.md): collect FROM=<folder> [TIMES=<csv>], autograde
 # [MODULE=..] [STUDENT=..] [ALL=1] [WORKERS=3] [UNSAFE=1] (new and changed submissions only,
 # unless ALL=1; UNSAFE=1: without the sandbox, recorded), export (grades.csv), feedback,
-# report (report.html). Every nbgrader call runs with the venv's bin/ first on PATH
+# report (report.html). ENGINE=slurm grades on a Slurm cluster instead of this machine: one job
+# array of TASKS shares, WORKERS at once, and a dependent merge step (autograder/cluster/
+# autograde.sbatch; SBATCH_ARGS="--partition=.. --account=.." for your site). Every nbgrader call runs with the venv's bin/ first on PATH
 # (parlab.grading.run_nbgrader). Learners: `make check MODULE=..` runs the visible tests of
 # their own notebook (workspace/, else course/).
 FROM ?=
@@ -212,13 +215,16 @@ STUDENT ?=
 ALL ?=
 UNSAFE ?=
 WORKERS ?= 3
+ENGINE ?=
+TASKS ?= 16
+SBATCH_ARGS ?=
 GRADING := $(PY) -m parlab.grading
 
 collect: setup
 	$(GRADING) collect "$(FROM)"$(if $(TIMES), --times "$(TIMES)")
 
 autograde: setup sandbox
-	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
+	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(ENGINE), --engine $(ENGINE))$(if $(filter slurm,$(ENGINE)), --tasks $(TASKS) --sbatch-args "$(SBATCH_ARGS)")$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
 # FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
 # grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin

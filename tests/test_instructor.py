@@ -152,3 +152,9 @@ def test_make_targets_call_the_instructor_commands() -> None:
         ".venv/bin/python -m parlab.grading report --to report.html",
         ".venv/bin/python -m parlab.grading check m",
     ], proc.stdout + proc.stderr
+    slurm = subprocess.run(["make", "-n", "autograde", "ENGINE=slurm", "TASKS=8", "WORKERS=2",
+                            "SBATCH_ARGS=--partition=cpu"], cwd=ROOT, capture_output=True,
+                           text=True)
+    assert [ln for ln in slurm.stdout.splitlines() if "parlab." in ln] == [
+        '.venv/bin/python -m parlab.grading autograde --module "*" --workers 2 --engine slurm '
+        '--tasks 8 --sbatch-args "--partition=cpu"'], slurm.stdout + slurm.stderr

@@ -198,3 +198,27 @@ def test_without_a_sandbox_autograde_refuses_and_unsafe_is_recorded(tmp_path) ->
     record = json.loads((root / "autograded" / ".parlab" / "record.json").read_text())
     assert record[f"{module}/alice"]["sandbox"] is True
     assert "WITHOUT" not in _cli(root, "export").stdout
+
+
+TEMPDIR_LOOK = '''
+import nbformat, sys
+from parlab.grading import ResilientExecute
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+    "import tempfile; print(tempfile.gettempdir())")])
+nb, _ = ResilientExecute(timeout=60, warm_kernels=True, sandbox=True).preprocess(
+    nb, {"metadata": {"path": sys.argv[1]}})
+print(nb.cells[0].outputs)
+'''
+
+
+def test_a_warm_kernel_starts_under_a_grader_whose_tmpdir_is_not_tmp(tmp_path) -> None:
+    """A Slurm job's TMPDIR is a folder of its own (tests/cluster.py's, many sites'): the
+    template caches it, and a warm kernel forked from it in the sandbox, where that folder
+    does not exist, died at start-up until the jail reset tempfile's cache."""
+    elsewhere, folder = tmp_path / "job-tmp", tmp_path / "submission"
+    elsewhere.mkdir()
+    folder.mkdir()
+    done = subprocess.run([sys.executable, "-c", TEMPDIR_LOOK, str(folder)], text=True,
+                          capture_output=True, timeout=300, cwd=REPO_ROOT,
+                          env=dict(os.environ, TMPDIR=str(elsewhere)))
+    assert "'text': '/tmp\\n'" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

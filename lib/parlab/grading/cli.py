@@ -3,7 +3,9 @@
     python -m parlab.grading collect FROM [--times CSV]   # FROM/<student>/<module>/... or
                                                           # FROM/<student>/<any>.ipynb
     python -m parlab.grading autograde [--module M] [--workers 3] [--student S] [--all]
+                                       [--engine slurm [--tasks 16] [--sbatch-args ARGS]]
                                        [-- NBGRADER_ARGS]
+    python -m parlab.grading merge-shares RUN     # the Slurm engine's merge step
     python -m parlab.grading export [--to grades.csv]
     python -m parlab.grading feedback [--module M]
     python -m parlab.grading report [--to report.html]  # the class report
@@ -21,6 +23,7 @@ repository; tests use a temporary one). Every nbgrader call runs through
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -30,8 +33,11 @@ from parlab.grading.collect.fake import fake_class
 from parlab.grading.collect.inbox import collect
 from parlab.grading.collect.times import TimesError
 from parlab.grading.engines.grade import SandboxMissing, autograde_parallel
+from parlab.grading.engines.merge import merge_shares
+from parlab.grading.engines.queue import SlurmError
 from parlab.grading.engines.record import graded_unsafe
 from parlab.grading.engines.results import GradeRun, log_warnings
+from parlab.grading.engines.slurm import SlurmArray, finished_shares
 from parlab.grading.feedback.withhold import write_feedback
 from parlab.grading.learner import selfcheck, workspace
 from parlab.grading.report.export import export_grades
@@ -106,7 +112,17 @@ def _parser() -> argparse.ArgumentParser:
                    "again, not only new and changed ones (make autograde ALL=1)")
     p.add_argument("--unsafe", action="store_true", help="grade without the sandbox, "
                    "trusting every submission (make autograde UNSAFE=1); recorded")
+    p.add_argument("--engine", choices=("local", "slurm"), default="local", help="local: "
+                   "--workers processes here; slurm: a job array of --tasks tasks, --workers "
+                   "at once (make autograde ENGINE=slurm)")
+    p.add_argument("--tasks", type=int, default=16, help="slurm: shares the class is dealt "
+                   "into, one array task each (make autograde TASKS=16)")
+    p.add_argument("--sbatch-args", default="", help="slurm: sbatch options for every job, "
+                   "e.g. \"--partition=cpu --account=course\" (make autograde SBATCH_ARGS=..)")
     p.add_argument("nbgrader_args", nargs="*", help="extra nbgrader options, after --")
+    p = sub.add_parser("merge-shares", help="merge a Slurm run's finished shares into the "
+                       "gradebook (autograder/cluster/autograde.sbatch's last step)")
+    p.add_argument("run", type=Path)
     p = sub.add_parser("export", help="grades as CSV")
     p.add_argument("--to", type=Path, default=None, help="CSV file (default: ROOT/grades.csv)")
     p = sub.add_parser("feedback", help="feedback HTML without hidden tests")
@@ -167,17 +183,24 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("collect needs a folder of submissions: make collect FROM=<folder>")
         return _collect(args, root)
     if args.command == "autograde":
-        if args.workers < 1:
-            parser.error("--workers must be at least 1")
+        if args.workers < 1 or args.tasks < 1:
+            parser.error("--workers and --tasks must be at least 1")
+        engine = SlurmArray(args.tasks, at_once=args.workers, sbatch_args=tuple(
+            shlex.split(args.sbatch_args))) if args.engine == "slurm" else None
         try:
             run = autograde_parallel(root, args.module, workers=args.workers,
                                      students=args.student, regrade_all=args.all,
-                                     nbgrader_args=tuple(args.nbgrader_args), unsafe=args.unsafe)
-        except SandboxMissing as exc:
-            print(exc, file=sys.stderr)
+                                     nbgrader_args=tuple(args.nbgrader_args), unsafe=args.unsafe,
+                                     engine=engine)
+        except (SandboxMissing, SlurmError) as exc:
+            print(f"autograde: {exc}", file=sys.stderr)
             return 2
         print_run(run)
         return 0 if all(r.score is not None for r in run.results) and not run.leftover else 1
+    if args.command == "merge-shares":
+        merged = merge_shares(finished_shares(args.run.resolve()), root)
+        print(f"merged {len(merged)} submissions into {root / 'gradebook.db'}")
+        return 0
     if args.command == "report":
         to = (args.to or root / "report.html").resolve()
         print(summary(write_report(root, to)))

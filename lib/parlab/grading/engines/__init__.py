@@ -10,6 +10,9 @@ is what runs the shares. Everything around it is the same whichever engine ran:
 - `share`: one share made ready (`prepare`, `command`), the run's `Job`, and `Engine`, the
   small interface an engine implements: `grade(job, shares)`;
 - `local`: `LocalWorkers`, the engine of one machine (`make autograde WORKERS=3`);
+- `slurm`: `SlurmArray`, the shares as one Slurm job array and a dependent merge job
+  (`make autograde ENGINE=slurm`; autograder/cluster/autograde.sbatch), through `queue`,
+  Slurm's client commands;
 - `record`: what was graded from which files, so a re-run grades only what changed.
 
 May import: parlab.grading.base, parlab.grading.sandbox (whether one can be made here) and

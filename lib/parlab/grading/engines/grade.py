@@ -26,7 +26,7 @@ from pathlib import Path
 from parlab.grading.base.config import config_value
 from parlab.grading.base.runner import generate_release, submitted
 from parlab.grading.engines.local import LocalWorkers
-from parlab.grading.engines.merge import merge, missing_results, read_results
+from parlab.grading.engines.merge import merge_shares, missing_results, read_results
 from parlab.grading.engines.record import Pair, fingerprints, stale, update_record
 from parlab.grading.engines.results import RUN_ENV, GradeRun
 from parlab.grading.engines.share import Engine, Job
@@ -58,8 +58,9 @@ def _grade(job: Job, pairs: list[Pair], engine: Engine) -> tuple[list[str], list
     # mix of modules; a student may be graded in two shares, for two different modules.
     shares = [pairs[i::engine.workers] for i in range(min(engine.workers, len(pairs)))]
     done, leftover = engine.grade(job, shares)
-    for wroot, _ in done:  # one writer: the course's gradebook is only touched here
-        merge(wroot, job.root)
+    # One writer: the course's gradebook is only touched here (or by the Slurm engine's merge
+    # step, with the same code, which marks the shares it merged).
+    merge_shares([wroot for wroot, _ in done], job.root)
     logs = [out for _, out in done]
     folder = job.root / "autograded" / ".parlab"
     folder.mkdir(parents=True, exist_ok=True)

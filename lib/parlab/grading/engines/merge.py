@@ -5,6 +5,8 @@ timestamp, each cell's auto_score and auto_comment, and each notebook's late pen
 `root`'s gradebook (creating the student and submission rows when new, never a second row),
 the way nbgrader's SaveAutoGrades would have; manual scores already in the main gradebook
 are kept. It then moves the worker's autograded notebooks into `root`/autograded/.
+`merge_shares` merges each share once (the Slurm engine's merge step and the waiting run both
+call it).
 """
 
 from __future__ import annotations
@@ -63,6 +65,19 @@ def merge(worker_root: Path, root: Path) -> list[tuple[str, str]]:
     return merged
 
 
+MERGED = ".merged"  # in a share's root once merge_shares has merged it
+
+
+def merge_shares(worker_roots: list[Path], root: Path) -> list[tuple[str, str]]:
+    """Merge every share not merged yet, in order, marking each; what was merged."""
+    merged = []
+    for wroot in worker_roots:
+        if not (Path(wroot) / MERGED).exists():
+            merged += merge(wroot, root)
+            (Path(wroot) / MERGED).touch()
+    return merged
+
+
 def _move(src: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
@@ -72,8 +87,14 @@ def _move(src: Path, dst: Path) -> None:
 
 
 def _why_dropped(logs: list[str], module: str, student: str) -> str:
-    """The last error line nbgrader logged after failing this submission."""
+    """Why an engine left this submission ungraded (its "[parlab] ... not graded: ..." line
+    naming it), else the last error line nbgrader logged after failing it."""
     needle = f"{student}/{module}"
+    for log in logs:
+        for line in log.splitlines():
+            named = line.partition("not graded: ")[2].partition(";")[0].split(", ")
+            if line.startswith("[parlab]") and needle in named:
+                return line.removeprefix("[parlab]").strip()[:300]
     for log in logs:
         lines = log.splitlines()
         for i, line in enumerate(lines):
@@ -92,7 +113,8 @@ def read_results(root: Path, pairs: list[tuple[str, str]], logs: list[str]) -> l
             try:
                 sub = gb.find_submission(module, student)
             except MissingEntry:
-                results.append(Graded(module, student, None, maximum, "no gradebook row"))
+                results.append(Graded(module, student, None, maximum, "not graded: " + (
+                    _why_dropped(logs, module, student) if logs else "no gradebook row")))
                 continue
             folder = Path(root) / "autograded" / student / module
             paths = [folder / f"{nb.name}.ipynb" for nb in sub.notebooks]
