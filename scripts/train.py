@@ -35,6 +35,9 @@ with exit status 2 before any process group starts, rank 0 alone saying why
 (`parlab.launch.torchrun`). The training code is `parlab.compose.train`, the same the notebook
 and tests run through `parlab.launch.run`. NCCL when there is a GPU for every process of the
 node, gloo otherwise.
+SIGUSR1 (Slurm's warning before a job's time limit: scripts/train.sbatch) stops every rank
+at the next iteration boundary, after a checkpoint there when --save is given, and exits 0;
+--load of the same folder goes on from it, with the losses of a run that never stopped.
 Rank 0 draws a progress bar (tokens/s and the loss; one line per iteration when the output is
 not a terminal). --check also trains the model on one device and exits 1 when a loss of the
 first `CHECKED_STEPS` iterations differs by more than `parlab.compose.TOLERANCE` (on a
@@ -48,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -55,6 +59,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from parlab import launch, timeline
@@ -67,6 +72,7 @@ from parlab.compose import (
     train_single,
 )
 from parlab.compose.resume import Checkpoints
+from parlab.compose.train import Position, Replica
 from parlab.launch import torchrun
 from parlab.model import LlamaConfig
 
@@ -229,6 +235,46 @@ def init_distributed() -> None:
                                 world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
 
 
+class Stopped(Exception):
+    """Every rank, at the iteration boundary after a SIGUSR1 (its checkpoint saved)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"stopped after iteration {step}")
+        self.step = step
+
+
+class SignalNote:
+    """Notes that `sig` arrived, instead of its default action (SIGUSR1's ends the process)."""
+
+    def __init__(self, sig: signal.Signals) -> None:
+        self.seen = False
+        signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.seen = True
+
+
+class StopOnSignal:
+    """`train`'s checkpointer, stopping once `note` has seen its signal: after each iteration
+    the ranks take the MAX of their notes (the signal reaches each process at its own moment,
+    and all must stop after the same iteration); if one was signalled, every rank saves there
+    (as after the last iteration) and raises `Stopped`."""
+
+    def __init__(self, checkpoints: Checkpoints, note: SignalNote) -> None:
+        self.checkpoints, self.note = checkpoints, note
+
+    def resume(self, rep: Replica) -> Position:
+        return self.checkpoints.resume(rep)
+
+    def after_step(self, rep: Replica, position: Position, *, last: bool) -> None:
+        flag = torch.tensor([float(self.note.seen)], device=rep.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one float per iteration
+        stop = flag.item() > 0 and not last
+        self.checkpoints.after_step(rep, position, last=last or stop)
+        if stop:
+            raise Stopped(position.step)
+
+
 @contextlib.contextmanager
 def traced(path: str | None) -> Iterator[None]:
     """--trace PATH: each rank profiled into its own file; after the run the files travel to
@@ -253,6 +299,7 @@ def traced(path: str | None) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     options = parser()
+    usr1 = SignalNote(signal.SIGUSR1)  # first: from here on SIGUSR1 stops where it can save
     args = options.parse_args(argv)
     # Options that do not fit end every process before any group starts, rank 0 saying why.
     cfg, plan = torchrun.fits_or_exit(options, lambda: plan_from_args(args, torchrun.world_size()))
@@ -273,8 +320,19 @@ def main(argv: list[str] | None = None) -> int:
                        step=args.ckpt_step, log=lambda line: print(line, flush=True))
     start = time.perf_counter()
     bar = progress(args.train_iters, plan.global_batch_size * cfg.seq)
-    with traced(args.trace):
-        losses = train(cfg, plan, args.train_iters, lr=args.lr, checkpoints=ckpt, on_step=bar)
+    try:
+        with traced(args.trace):
+            losses = train(cfg, plan, args.train_iters, lr=args.lr,
+                           checkpoints=StopOnSignal(ckpt, usr1), on_step=bar)
+    except Stopped as stop:
+        if dist.get_rank() == 0:
+            saved = (f"saved; --load {args.save} goes on from there" if args.save else
+                     "nothing saved (no --save)")
+            print(f"SIGUSR1: stopped after iteration {stop.step} of {args.train_iters}, "
+                  f"{saved}", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
     status = 0
     if dist.get_rank() == 0:
         print(f"trained in {time.perf_counter() - start:.1f} s", flush=True)

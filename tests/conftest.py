@@ -1,10 +1,16 @@
-"""Shared fixtures: the repo root, and a check that no rank process outlives a test."""
+"""Shared fixtures: the repo root, a check that no rank process outlives a test, and torchrun
+with a temporary folder of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -87,6 +93,40 @@ def course_run(tmp_path_factory: pytest.TempPathFactory):
     return run
 
 
+@dataclass(frozen=True)
+class Torchrun:
+    """torchrun as a test starts it: `cmd` (the venv's torchrun) with `env` (os.environ and
+    TMPDIR set to `tmp`, a folder of this test's own). torchrun keeps every run's logs in a
+    temporary folder (/tmp/torchelastic_*) it never removes: 19 of them after a day's runs of
+    the suite; in `tmp` they go with it."""
+
+    tmp: Path
+
+    @property
+    def cmd(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "torchrun")]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "TMPDIR": str(self.tmp), **extra}
+
+
+@contextlib.contextmanager
+def torchrun_tmp() -> Iterator[Torchrun]:
+    """A Torchrun whose temporary folder is removed when the block ends."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlab-torchrun-"))
+    try:
+        yield Torchrun(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def torchrun() -> Iterator[Torchrun]:
+    """Every test that starts torchrun takes it from here (tests/test_train_script.py checks)."""
+    with torchrun_tmp() as t:
+        yield t
+
+
 @pytest.fixture(scope="session")
 def fault_run(tmp_path_factory: pytest.TempPathFactory):
     """The fault corpus (autograder/faults/) autograded in one parallel run."""
@@ -126,3 +166,17 @@ def close_figures():
     yield
     if (plt := sys.modules.get("matplotlib.pyplot")) is not None:
         plt.close("all")
+
+
+# --- a real Slurm for `make test-cluster` (tests/cluster.py) ----------------------------------
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """One test cluster (two nodes on this host) shared by every cluster test of the session;
+    they skip, saying why, where none can start (not root, Slurm or munge not installed)."""
+    import cluster
+
+    why = cluster.missing()
+    if why:
+        pytest.skip(f"no Slurm test cluster: {why}")
+    with cluster.running_cluster() as running:
+        yield running

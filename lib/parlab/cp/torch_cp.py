@@ -55,7 +55,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from parlab import comm
-from parlab.comm_bytes import wire_bytes
+from parlab.comm.bytes import wire_bytes
 from parlab.launch import device, uses_nccl
 
 __all__ = ["functional_trace", "sdpa_backends", "cp_sdpa", "cp_device", "head_tail_table",
