@@ -1,6 +1,7 @@
 """Context-parallel attention, forward + backward: ring attention against all-gathering K, V.
 
     make bench        or        .venv/bin/python benchmarks/bench_cp.py [--repeats 10]
+                                    [--context-parallel-only]
 
 On W = 2 and 4 gloo ranks (parlab.launch.run) every rank draws the same seeded q, k, v of
 shape (B, H, T, D) and keeps the T/W tokens its layout gives it (`parlab.cp.layout`). Two
@@ -37,12 +38,24 @@ rank's queries' output and gradients, which do not shrink with W, so the ring's 
 above 2/W of the gather's, most at W = 2.
 TORCH_DISTRIBUTED_DEBUG is OFF for both (see `_table.no_debug_checks`), and the launcher's status
 line is not updated at every communication call (`_table.unwatched`), as in a training job.
+
+A second table (alone: `--context-parallel-only`) puts the ring beside PyTorch's own
+`context_parallel` where it runs on a CPU: not causal, load balancing off (contiguous
+pieces, the ring's contiguous layout), SDPA under its math backend
+(`parlab.cp.torch_cp.cp_sdpa`). Each rank keeps context_parallel's SDPA patch open for its
+whole run and calls `F.scaled_dot_product_attention` on its own pieces: DTensor all-gathers
+K and V, and in the backward all-gathers them again and reduce-scatters dK, dV (no ring on a
+CPU). Per iteration, forward and backward: time, the bytes rank 0 sends (the ring's through
+parlab.comm, DTensor's functional collectives through `parlab.cp.torch_cp.functional_trace`)
+and the peak memory per rank (RSS, as above).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -62,7 +75,8 @@ from _table import (
 )
 from torch import Tensor
 
-from parlab.cp import LAYOUTS, Transfer, position_table, ring_attention
+from parlab import comm
+from parlab.cp import LAYOUTS, Transfer, position_table, ring_attention, torch_cp
 from parlab.launch import run
 
 B, H, T, D = 1, 4, 1024, 64
@@ -120,11 +134,11 @@ def step(attend: Callable[..., Tensor], local: list[Tensor], pos: Tensor, dout: 
     return [out.detach(), q.grad, k.grad, v.grad]
 
 
-def _local(layout: str) -> tuple[list[Tensor], Tensor, Tensor]:
+def _local(layout: str, heads: int = H) -> tuple[list[Tensor], Tensor, Tensor]:
     """This rank's tokens of the same seeded q, k, v and output gradient, and the layout."""
     world, rank = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(0)
-    q, k, v, dout = (torch.randn(B, H, T, D, generator=gen) for _ in range(4))
+    q, k, v, dout = (torch.randn(B, heads, T, D, generator=gen) for _ in range(4))
     pos = position_table(layout, world, T)  # (W, n)
     local = [t[:, :, pos[rank]].contiguous() for t in (q, k, v)]  # (B, H, n, D) each
     return local, dout[:, :, pos[rank]].contiguous(), pos
@@ -170,8 +184,95 @@ def _pair(memory: dict[str, int]) -> str:
     return f"{mib(ring)} / {mib(gather)} ({ratio(ring, gather)})"
 
 
+@contextlib.contextmanager
+def cp_patch() -> Iterator[None]:
+    """context_parallel's SDPA patch over this rank's CP world, load balancing off, SDPA under
+    the math backend: F.scaled_dot_product_attention inside takes this rank's (B, H, n, D)
+    pieces as its share of the sequence."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import _attention, context_parallel
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("cp",))
+    _attention._cp_options.enable_load_balance = False
+    held = torch.zeros(T)  # context_parallel needs a buffer to cut; the pieces come ready
+    with torch_cp.cp_sdpa("cpu"), context_parallel(mesh, buffers=[held], buffer_seq_dims=[0]):
+        yield
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, pos: Tensor, *, causal: bool) -> Tensor:
+    """F.scaled_dot_product_attention, which context_parallel's patch turns into DTensor's."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+TORCH_CP: dict[str, Callable[..., Tensor]] = {"ring": ring_attention, "context_parallel": sdpa}
+TORCH_H = 2  # heads: with H = 4 at W = 4 (n = 256, D = 64) DTensor shards the heads instead,
+# and context_parallel hands back a head shard as if it were this rank's piece (measured)
+
+
+def torch_cp_worker(repeats: int) -> dict:
+    """In each rank: both agree, then time them in turns; the bytes of one iteration each."""
+    local, dout, pos = _local("contiguous", TORCH_H)
+    steps = {name: functools.partial(step, attend, local, pos, dout, False)
+             for name, attend in TORCH_CP.items()}
+    with unwatched(), cp_patch():
+        diff = agree(list(zip(steps["ring"](), steps["context_parallel"](), strict=True)),
+                     TOLERANCE)
+        with comm.trace() as ring_sent:
+            steps["ring"]()
+        with torch_cp.functional_trace() as cp_sent:
+            steps["context_parallel"]()
+        times = medians(interleave(steps, repeats, sync=dist.barrier))
+    return {"diff": diff, "times": times, "sent": {"ring": ring_sent.wire_bytes(),
+                                                   "context_parallel": cp_sent.wire_bytes()}}
+
+
+def torch_cp_memory_worker() -> dict[str, int]:
+    """In each rank: the peak memory of an iteration of each (benchmarks/_memory.py)."""
+    local, dout, pos = _local("contiguous", TORCH_H)
+    with unwatched(), cp_patch():
+        peaks = {}
+        for name, attend in TORCH_CP.items():
+            dist.barrier()
+            peaks[name] = peak_above(functools.partial(step, attend, local, pos, dout, False))
+    return peaks
+
+
+def torch_cp_table(repeats: int) -> None:
+    table = Table(setting(f"ring attention against PyTorch's context_parallel on a CPU (not "
+                          f"causal, contiguous pieces, SDPA's math backend: DTensor "
+                          f"all-gathers K and V), T={T} tokens, B={B}, H={TORCH_H}, D={D}, "
+                          f"float32; "
+                          f"ms per iteration (forward and backward), bytes rank 0 sends in "
+                          f"one, peak MiB per rank of one (RSS above the rank's before the "
+                          f"call, largest rank)", repeats),
+                  ["ranks W", "ring ms", "context_parallel ms", "ring / context_parallel",
+                   "bytes sent: ring / context_parallel", "peak MiB: ring / context_parallel",
+                   "max rel. difference"])
+    for world in (2, 4):
+        results = run(torch_cp_worker, world, repeats, timeout=600)
+        times, sent = results[0]["times"], results[0]["sent"]
+        peaks = run(torch_cp_memory_worker, world, timeout=600)
+        peak = {name: max(p[name] for p in peaks) for name in TORCH_CP}
+        table.add(world, ms(times["ring"]), ms(times["context_parallel"]),
+                  ratio(times["ring"], times["context_parallel"]),
+                  f"{sent['ring']:,.0f} / {sent['context_parallel']:,.0f}",
+                  f"{mib(peak['ring'])} / {mib(peak['context_parallel'])} "
+                  f"({ratio(peak['ring'], peak['context_parallel'])})",
+                  f"{max(r['diff'] for r in results):.1e}")
+    table.emit("cp_torch")
+
+
+ONLY_TORCH = "--context-parallel-only"
+
+
 def main() -> None:
+    only = ONLY_TORCH in sys.argv
+    if only:
+        sys.argv.remove(ONLY_TORCH)
     repeats = repeats_option(__doc__, default=10, debug_checks=False)
+    if only:
+        torch_cp_table(repeats)
+        return
     table = Table(setting(f"attention over T={T} tokens, B={B}, H={H}, D={D}, float32 (K and "
                           f"V of the whole sequence: {mib(2 * B * H * T * D * 4)} MiB); ms per "
                           f"iteration (forward and backward); peak MiB per rank, ring / "
@@ -194,6 +295,7 @@ def main() -> None:
                       _pair(memory["forward"]),
                       _pair(memory["iteration"]), f"{diff:.1e}")
     table.emit("cp")
+    torch_cp_table(repeats)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,12 @@
    (`parlab.timeline.profiled(cuda=True)`). Each lands in artifacts/traces/<module>.json, for
    Perfetto; its row counts the ranks' rows, the ranges and the CUDA kernels. With one GPU
    only a one-rank step is traced.
-4. One summary table (markdown), printed and written to artifacts/gpu_check.md, then one
+4. PyTorch's `context_parallel` against the course's ring attention (`cp_rows`,
+   scripts/gpu_check_cp.py): on min(GPUs, 4) ranks over NCCL, causal (load-balanced) and not,
+   K/V rotated by all-gather and by all-to-all, each against one device with the bytes both
+   sent. It needs two GPUs: without them its rows say SKIPPED and why (on a CPU
+   context_parallel runs no ring: it all-gathers K and V, and refuses a causal mask).
+5. One summary table (markdown), printed and written to artifacts/gpu_check.md, then one
    line per module: passed, FAILED with its first error, or SKIPPED with why.
 
 On a machine without CUDA it says what it needs and exits 0. Otherwise the exit status is 1
@@ -84,6 +89,7 @@ print(json.dumps(errors))
 """
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # part 3, beside this file
+from gpu_check_cp import cp_rows  # noqa: E402 - part 4, beside this file
 from gpu_check_traces import trace_jobs, trace_part  # noqa: E402, F401 - trace_jobs: tests
 
 
@@ -248,6 +254,7 @@ def main() -> int:
              f"torch {torch.__version__}, CUDA {torch.version.cuda}", "")]
     rows += roofline_part(gpus) + notebook_part(gpus, deadline)
     rows += trace_part(gpus, ROOT / "artifacts" / "traces", deadline)
+    rows += cp_rows(gpus, deadline)
     table = summary_table(rows) + "\n\n" + module_verdicts(rows, list_modules(SOLUTIONS_DIR))
     print(table)
     out = ROOT / "artifacts" / "gpu_check.md"

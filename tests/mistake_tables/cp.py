@@ -11,10 +11,11 @@ from parlab.check import cp as cpcheck
 
 TIMEOUT = 5.0
 ON_RANKS = ("check_ring_forward", "check_ring_backward", "check_layouts", "check_ulysses",
-            "check_allgather")
+            "check_allgather", "check_context_parallel")
+CP_TIMEOUT = 20.0  # exercise 7's ranks build DTensors (about 1.3 s of CPU each); no hang entry
 TABLE = Table(
     module="05_context_parallel",
-    answers=6,
+    answers=7,
     checks={
         "check_merge": lambda ns, t: cpcheck.check_merge(ns.merge, quiet=True),
         "check_ring_forward": lambda ns, t: cpcheck.check_ring_forward(
@@ -27,13 +28,18 @@ TABLE = Table(
             ns.seq_to_heads, ns.heads_to_seq, world_size=t, timeout=TIMEOUT, quiet=True),
         "check_allgather": lambda ns, t: cpcheck.check_allgather(
             ns.allgather_attention, world_size=t, timeout=TIMEOUT, quiet=True),
+        # the visible test's two calls: 3 ranks on a 1-D mesh, 4 on a (dp, cp) = (2, 2) one
+        "check_context_parallel": lambda ns, t: cpcheck.check_context_parallel(
+            ns.cp_attention, world_size=t, mesh=(2, 2) if t == 4 else None,
+            timeout=CP_TIMEOUT, quiet=True),
     },
-    sizes={check: (2, 3, 4) for check in ON_RANKS},
+    sizes={**{check: (2, 3, 4) for check in ON_RANKS}, "check_context_parallel": (3, 4)},
     where={check: ("rank ",) for check in ON_RANKS},
     where_exempt=("did not finish",),  # a hang: every rank waits, none is to blame
     max_seconds=TIMEOUT + 10,
     required=frozenset({"lse_merged_in_bf16", "no_max_shift", "mask_on_wrong_block",
-                        "recv_before_send", "a2a_wrong_dimension"}),
+                        "recv_before_send", "a2a_wrong_dimension", "cp_seq_dims_heads",
+                        "cp_rank_order_gather", "cp_load_balance_on", "cp_mesh_dp"}),
     reexports={
         "merge_alias": ("check_merge", "from parlab.cp import merge_partials as merge"),
         "merge_wrapper": ("check_merge", """
@@ -101,6 +107,13 @@ TABLE = Table(
                 mask = (doc[k_pos][None] == doc[q_pos][:, None]) & (k_pos[None] <= q_pos[:, None])
                 return torch.nn.functional.scaled_dot_product_attention(q, keys, values,
                                                                         attn_mask=mask)
+        """),
+        "torch_cp_alias": ("check_context_parallel", "from parlab.cp.torch_cp import "
+                           "context_parallel_attention as cp_attention"),
+        "torch_cp_wrapper": ("check_context_parallel", """
+            import parlab.cp.torch_cp
+            def cp_attention(q, k, v, dout, mesh):
+                return parlab.cp.torch_cp.context_parallel_attention(q, k, v, dout, mesh)
         """),
         "allgather_sp_gather": ("check_allgather", """
             from parlab.tp import gather_from_sequence_parallel_region

@@ -20,6 +20,11 @@
 - `compare`: ring against Ulysses, bytes and exposed time per layer (`attention_comm`); the
   all-gather's bytes (`allgather_bytes_per_layer`) and each scheme's K/V memory
   (`kv_bytes_held`).
+- `torch_cp`: PyTorch's own `context_parallel` (what it runs on GPUs and on a CPU, torch
+  2.13): the course's use of it (`context_parallel_attention`), its load-balanced layout
+  (`head_tail_table`), the SDPA backends to run it under (`cp_sdpa`), and a trace of DTensor's
+  functional collectives, which parlab.comm does not see (`functional_trace`);
+  `torch_compare`: it beside a ring and one device, bytes and memory (module 05, section 10).
 """
 
 from parlab.cp.allgather import (
