@@ -121,7 +121,7 @@ def functional_trace() -> Iterator[comm.Trace]:
 def cp_device() -> torch.device:
     """Where a rank keeps context_parallel's tensors: its GPU under NCCL, else the CPU.
     Under PARLAB_ONE_GPU the ranks share a GPU over gloo, which all-gathers CPU tensors only,
-    and DTensor's collectives bypass `parlab.comm_staging`'s copies through the host."""
+    and DTensor's collectives bypass `parlab.comm.staging`'s copies through the host."""
     return device() if uses_nccl() else torch.device("cpu")
 
 
