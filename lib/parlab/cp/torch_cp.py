@@ -31,10 +31,12 @@ and a softmax, and DTensor's ordinary sharding rules apply (measured here, torch
 - causal: the CPU flash kernel has no sharding rule (NotImplementedError), and MATH builds
   its mask as a plain tensor mixed with DTensors (RuntimeError). It does not run.
 
-Those collectives are DTensor's functional collectives (`torch.ops._c10d_functional`), made
-in C++, not through `torch.distributed`'s Python functions: `parlab.comm`'s tracer does not
-see them. `functional_trace()` does, through a dispatch mode (as PyTorch's CommDebugMode),
-and records them as `parlab.comm.Event`s with the same byte counts.
+Those collectives are DTensor's functional collectives (`torch.ops._c10d_functional`), not
+`torch.distributed`'s own functions. `parlab.comm`'s tracer sees the ones called through
+`torch.distributed._functional_collectives` from Python (all of them here, measured), with
+functional=True; `functional_trace()` sees every one that reaches the dispatcher, through a
+dispatch mode (as PyTorch's CommDebugMode), and records them as `parlab.comm.Event`s with the
+same byte counts, kinds named as torch.distributed's tensor forms.
 
 `context_parallel_attention` is the course's reference use (forward, backward, unshard);
 `context_parallel` is prototype API: the names under `_attention` are private and move
