@@ -18,6 +18,7 @@ import functools
 import pytest
 import torch
 
+from parlab.comm.dispatch import functional_trace
 from parlab.compose import TOLERANCE, Plan, train_single
 from parlab.compose.titan import (
     TitanLlama,
@@ -31,7 +32,7 @@ from parlab.compose.titan import (
     titan_step,
 )
 from parlab.compose.titan.compare import build
-from parlab.compose.titan.traffic import FuncolCounter, state_bytes
+from parlab.compose.titan.traffic import state_bytes
 from parlab.compose.titan.train import micro_loss, step_context
 from parlab.launch import device, run
 from parlab.model import Llama, LlamaConfig, batch, load_corpus
@@ -118,19 +119,19 @@ def run_grids(jobs) -> dict[str, dict]:
 
 def funcol_counts(tokens) -> tuple[dict[str, int], dict[str, int]]:
     """DTensor's collectives in one forward and backward on DP2 × TP2 + SP, counted by torch's
-    CommDebugMode and by FuncolCounter (CommDebugMode fails inside a pipelining schedule, so
-    the stage's module is called directly)."""
+    CommDebugMode and by parlab.comm.dispatch.functional_trace (CommDebugMode fails inside a
+    pipelining schedule, so the stage's module is called directly)."""
     from torch.distributed.tensor.debug import CommDebugMode
 
     rep = setup_titan(DENSE, GRIDS[1][1], lr=LR)
     x, y = batch(tokens, 0, batch_size=4, seq=DENSE.seq, seed=DENSE.seed)
-    with CommDebugMode() as torch_count, FuncolCounter() as ours, step_context(rep):
+    with CommDebugMode() as torch_count, functional_trace() as ours, step_context(rep):
         micro_loss(rep.part(x), y).backward()
     theirs = {str(k).split(".")[-1]: v for k, v in torch_count.get_comm_counts().items()
               if str(k).startswith("c10d_functional.")}
     mine: dict[str, int] = {}
-    for call in ours.calls:
-        mine[call.kind] = mine.get(call.kind, 0) + 1
+    for event in ours.events:
+        mine[event.kind] = mine.get(event.kind, 0) + 1
     return theirs, mine
 
 
@@ -141,7 +142,7 @@ def gather_bytes() -> float:
 
     mesh = init_device_mesh(device().type, (4,))
     x = distribute_tensor(torch.ones(4, 8, device=device()), mesh, [Shard(0)])
-    with FuncolCounter() as ours:
+    with functional_trace() as ours:
         x.redistribute(mesh, [Replicate()]).to_local()
     return ours.wire_bytes()
 

@@ -1,7 +1,8 @@
 """parlab.cp.torch_cp, the course's bridge to PyTorch's context_parallel (torch 2.13, CPU):
 its load-balanced layout against the zigzag layout written out here, DTensor's functional
-collectives seen by the dispatch mode as by parlab.comm's wrapper, and context_parallel_attention's results, phases
-and bytes against one device and the closed forms of parlab.cp.compare."""
+collectives seen by the dispatch mode as by parlab.comm's wrapper, and
+context_parallel_attention's results, phases and bytes against one device and the closed
+forms of parlab.cp.compare."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ full tensor, all_to_all (t-1)/t*n of the input, send n, recv 0.
 - `tracer`: the wrappers, the listeners and `trace()`;
 - `bytes`: a call's payload and its wire bytes under the ring algorithms;
 - `functional`: the functional collectives DTensor calls (funcol): their wrappers' fields;
+- `dispatch`: `functional_trace()`, every functional collective seen at the dispatcher;
 - `staging`: CUDA tensors through the host where gloo cannot take them (`PARLAB_ONE_GPU`).
 """
 

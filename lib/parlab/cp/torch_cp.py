@@ -34,9 +34,9 @@ and a softmax, and DTensor's ordinary sharding rules apply (measured here, torch
 Those collectives are DTensor's functional collectives (`torch.ops._c10d_functional`), not
 `torch.distributed`'s own functions. `parlab.comm`'s tracer sees the ones called through
 `torch.distributed._functional_collectives` from Python (all of them here, measured), with
-functional=True; `functional_trace()` sees every one that reaches the dispatcher, through a
-dispatch mode (as PyTorch's CommDebugMode), and records them as `parlab.comm.Event`s with the
-same byte counts, kinds named as torch.distributed's tensor forms.
+functional=True; `functional_trace()` (`parlab.comm.dispatch`, re-exported here) sees every
+one that reaches the dispatcher, and records them as `parlab.comm.Event`s with the same byte
+counts, kinds named as torch.distributed's tensor forms.
 
 `context_parallel_attention` is the course's reference use (forward, backward, unshard);
 `context_parallel` is prototype API: the names under `_attention` are private and move
@@ -51,74 +51,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from parlab import comm
-from parlab.comm.bytes import wire_bytes
+from parlab.comm.dispatch import functional_trace
 from parlab.launch import device, uses_nccl
 
 __all__ = ["functional_trace", "sdpa_backends", "cp_sdpa", "cp_device", "head_tail_table",
            "context_parallel_attention", "load_balanced", "reset_cp_options",
            "share_cp_options"]
-
-# functional collective -> the torch.distributed name parlab.comm gives the same call
-_KINDS = {"all_gather_into_tensor": "all_gather_into_tensor",
-          "reduce_scatter_tensor": "reduce_scatter_tensor",
-          "all_to_all_single": "all_to_all_single", "all_reduce": "all_reduce",
-          "broadcast": "broadcast"}
-
-
-def _group_ranks(name: Any) -> tuple[int, ...]:
-    """Global ranks of the process group a functional collective names."""
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
-    return tuple(dist.get_process_group_ranks(_resolve_process_group(name)))
-
-
-class _FunctionalTrace(TorchDispatchMode):
-    """Records every functional collective as a parlab.comm.Event. An op on DTensors is
-    handed to DTensor first (NotImplemented), so the collectives it turns into come back
-    here as ops on plain tensors."""
-
-    def __init__(self, record: comm.Trace) -> None:
-        super().__init__()
-        self.record = record
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
-        from torch.distributed.tensor import DTensor
-
-        if any(issubclass(t, DTensor) for t in types):
-            return NotImplemented
-        out = func(*args, **(kwargs or {}))
-        kind = _KINDS.get(func.__name__.split(".")[0]) if func.namespace == "_c10d_functional" \
-            else None
-        if kind is not None:
-            self.record.events.append(_event(kind, args, out))
-        return out
-
-
-def _event(kind: str, args: tuple, out: Tensor) -> comm.Event:
-    ranks = _group_ranks(args[-1])
-    full = out if kind == "all_gather_into_tensor" else args[0]  # as parlab.comm counts it
-    n = full.numel() * full.element_size()
-    return comm.Event(kind, len(ranks), n, wire_bytes(kind, n, len(ranks)), ranks,
-                      tuple(full.shape), str(full.dtype).replace("torch.", ""),
-                      str(full.device))
-
-
-@contextlib.contextmanager
-def functional_trace() -> Iterator[comm.Trace]:
-    """Record the functional collectives (DTensor's) this process makes inside the block,
-    as a `parlab.comm.Trace` (kinds named as torch.distributed's: all_gather_into_tensor,
-    reduce_scatter_tensor, all_to_all_single, all_reduce)."""
-    record = comm.Trace()
-    with _FunctionalTrace(record):
-        yield record
-
 
 def cp_device() -> torch.device:
     """Where a rank keeps context_parallel's tensors: its GPU under NCCL, else the CPU.

@@ -200,7 +200,8 @@ def _call(fn: Callable, mesh: Any, group: list[int], seq_len: int, seed: int,
         out["result"] = [cpu(x) if isinstance(x, Tensor) else type(x).__name__ for x in got]
     out.update(calls=watch.calls,
                functional=[(e.kind, e.nbytes, e.wire_bytes) for e in functional.events],
-               traced=[(e.kind, e.nbytes, e.wire_bytes) for e in traced.events])
+               traced=[(e.kind, e.nbytes, e.wire_bytes) for e in traced.events
+                       if not e.functional])  # those are `functional`'s already
     return out
 
 

@@ -11,7 +11,8 @@
   `check_titan_plan`, `build_schedule`, `full_grads` (step's gradients whole, by the
   single device's names).
 - `traffic`: `step_traffic` (the bytes a rank sends in a step: parlab.comm's tracer for
-  torch.distributed's calls, `FuncolCounter` for DTensor's functional collectives),
+  torch.distributed's calls, `parlab.comm.dispatch.functional_trace` for DTensor's
+  functional collectives),
   `state_bytes` (weights, gradients, Adam's moments per rank).
 - `compare`: `build`, `compare_builds`, `side_by_side` (the composed model and this one on
   one grid: bytes, state, time per step; benchmarks/bench_titan.py alternates them).
