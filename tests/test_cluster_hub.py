@@ -246,6 +246,9 @@ def test_the_culler_cancels_the_job_and_a_dead_job_is_reported(slurm_cluster, hu
         with accounts("cay", "teacher") as names, slurm_hub(
                 slurm_cluster, base, names, SLURM_PROFILES="cpu", IDLE_S="10") as hub:
             cay = names["cay"]
+            # each job posts its server's port here: `import batchspawner` in the
+            # configuration registers it (POST only); without it, 404 and a start that spins
+            assert hub.status("/hub/api/batchspawner") == 405
             home = Path(pwd.getpwnam(cay).pw_dir)
             home.chmod(0o555)            # the job cannot write its log: it fails at once
             said = start_said(hub, cay, {"profile": "cpu"})
