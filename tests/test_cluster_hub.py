@@ -110,6 +110,43 @@ def slurm_hub(cluster, base: Path, names: dict[str, str], **settings: str):
             shutil.copy(base / "hub.log", ARTIFACTS / f"slurm-{base.name}-hub.log")
 
 
+def test_the_profiles_take_their_settings(tmp_path, monkeypatch, capsys, hub_venv):
+    """The configuration under SPAWNER=slurm: the profiles offered, in the order given, each
+    with the partition, reservation, time, memory and cores its settings give (a profile's
+    own over the common ones), and the pitfalls' settings; an unknown profile is refused."""
+    from test_hub_allot import load_config
+    from test_hub_exchange import checkout_as_it_was
+
+    import parlab.hub.exchange
+
+    monkeypatch.setattr(parlab.hub.exchange, "cannot_reach", lambda *a, **k: None)
+    monkeypatch.setenv("PARLAB_COURSE_ROOT", str(tmp_path / "course_root"))
+    (tmp_path / "course_root").mkdir()
+    given = {"SPAWNER": "slurm", "INSTRUCTORS": "root", "INSTRUCTOR_GROUP": "root"}
+    with checkout_as_it_was():
+        c = load_config(tmp_path, monkeypatch, **given, SLURM_PROFILES="gpu,cpu",
+                        SLURM_PARTITION="class", SLURM_GPU_PARTITION="gpu",
+                        SLURM_RESERVATION="monday", SLURM_TIME="2:00:00", SLURM_CPU_MEM="8G",
+                        START_S="900")
+        with pytest.raises(SystemExit, match="list some of cpu, shard, gpu"):
+            load_config(tmp_path, monkeypatch, **given, SLURM_PROFILES="cpu,tpu")
+    assert c.JupyterHub.spawner_class == "wrapspawner.ProfilesSpawner"
+    assert [p[:2] for p in c.ProfilesSpawner.profiles] == [
+        ("A whole GPU", "gpu"), ("CPU only (ranks over gloo)", "cpu")]
+    gpu, cpu = (p[3] for p in c.ProfilesSpawner.profiles)
+    assert (gpu["req_partition"], gpu["req_gres"], gpu["req_memory"]) == ("gpu", "gpu:1", "16G")
+    assert (cpu["req_partition"], cpu["req_gres"], cpu["req_memory"]) == ("class", "", "8G")
+    assert gpu["req_reservation"] == cpu["req_reservation"] == "monday"
+    assert gpu["req_runtime"] == cpu["req_runtime"] == "2:00:00"
+    assert gpu["req_nprocs"] == cpu["req_nprocs"] == "4"
+    assert "PARLAB_ONE_GPU=0" in gpu["req_prologue"] and "ONE_GPU" not in cpu["req_prologue"]
+    assert "SLURM_CONF" in c.Spawner.env_keep and c.Spawner.start_timeout == 900
+    bin_ = Path(sys.executable).parent
+    assert c.Spawner.cmd == [str(bin_ / "jupyterhub-singleuser")]
+    assert c.SlurmJobSpawner.batchspawner_singleuser_cmd == str(bin_ / "batchspawner-singleuser")
+    assert "servers: Slurm jobs, profiles gpu, cpu" in capsys.readouterr().err
+
+
 def jobs(cluster) -> dict[str, tuple[str, str, str]]:
     """squeue's jobs: id -> (user, state, node)."""
     out = cluster.run("squeue", "--noheader", "--format=%i %u %T %N").stdout
