@@ -246,7 +246,10 @@ PROFILES = {"cpu": ("CPU only (ranks over gloo)", ""),     # key: what the learn
             "gpu": ("A whole GPU", "gpu:1")}
 START_S = int(setting("START_S", "600"))                 # the queue's wait included
 if SPAWNER == "slurm":
-    import batchspawner  # noqa: F401  (registers /hub/api/batchspawner: else 404)
+    # batchspawner's API (each job posts its server's port there) exists only once batchspawner
+    # is imported before the hub starts: here, and by parlab.hub.slurm. A spawner class named
+    # only as a string in a profile is imported at its first spawn, too late: 404, a spinner.
+    import batchspawner  # noqa: F401
 
     from parlab.hub.slurm import SlurmJobSpawner
 
