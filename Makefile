@@ -225,10 +225,10 @@ autograde: setup sandbox
 
 # FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
 # grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin
-# (parlab.grading.export_canvas, export_moodle: scores less the late penalty, retired students
+# (parlab.grading.report.canvas, report.moodle: scores less the late penalty, retired students
 # left out; autograder/README.md, "4. export"). Without FORMAT: grades.csv, as always.
-EXPORTER_canvas := parlab.grading.export_canvas.CanvasExport
-EXPORTER_moodle := parlab.grading.export_moodle.MoodleExport
+EXPORTER_canvas := parlab.grading.report.canvas.CanvasExport
+EXPORTER_moodle := parlab.grading.report.moodle.MoodleExport
 FORMAT ?=
 export: setup
 	$(if $(FORMAT),@test -n "$(EXPORTER_$(FORMAT))" || { echo "make export FORMAT=$(FORMAT): \

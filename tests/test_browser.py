@@ -370,12 +370,12 @@ def test_module_07_runs_top_to_bottom_in_chromium(page, lab):
 
 @pytest.mark.slow
 def test_validate_shows_progress_and_whole_lines(page, learner_lab):
-    """nbgrader's Validate as a learner meets it (parlab.grading.validate_button): while it
+    """nbgrader's Validate as a learner meets it (parlab.grading.learner.validate_button): while it
     runs, a spinner and a line beside the button say what runs and how long it takes; the
     dialog then shows the failed check's whole message, no line cut off by its width."""
     from playwright.sync_api import expect
 
-    from parlab.grading.validate_button import RUNNING
+    from parlab.grading.learner.validate_button import RUNNING
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.goto(learner_lab.notebook_url(VALIDATED))

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 
 from parlab.grading import collect
-from parlab.grading.times import TimesError, load_times, time_in_name
+from parlab.grading.collect.times import TimesError, load_times, time_in_name
 
 IDS = {"m1": ["m1_answer", "m1_test", "m1_more"], "m2": ["m2_answer", "m2_test"]}
 
@@ -149,7 +149,7 @@ def test_times_in_file_names() -> None:
 
 
 def test_the_readme_describes_the_columns_grades_csv_has() -> None:
-    from parlab.grading.export import COLUMNS, STATUSES
+    from parlab.grading.report.export import COLUMNS, STATUSES
 
     readme = (ROOT / "autograder" / "README.md").read_text()
     section = readme[readme.index("### 4. export"):readme.index("### 5. feedback")]

@@ -31,7 +31,7 @@ from conftest import ROOT
 from grading_runs import CAROL, FAULT_MODULE, FULL, LATE, POINTS, expected_class
 from nbgrader.api import Gradebook
 
-from parlab.grading.runner import run_nbgrader
+from parlab.grading.base.runner import run_nbgrader
 
 pytestmark = pytest.mark.slow
 CLASS = {FULL: ("Alice", "Ng", "alice@example.edu", "9001"),
@@ -64,8 +64,8 @@ def exported(fault_run, tmp_path_factory) -> dict:
     enrol(root, CLASS)
     said = enrol(root, {k: v for k, v in CLASS.items() if k != CAROL})
     files = {}
-    for fmt, plugin in (("canvas", "parlab.grading.export_canvas.CanvasExport"),
-                        ("moodle", "parlab.grading.export_moodle.MoodleExport")):
+    for fmt, plugin in (("canvas", "parlab.grading.report.canvas.CanvasExport"),
+                        ("moodle", "parlab.grading.report.moodle.MoodleExport")):
         files[fmt] = root / f"grades-{fmt}.csv"
         run = run_nbgrader("export", f"--exporter={plugin}", "--to", str(files[fmt]), root=root)
         files[f"{fmt}-log"] = run.output
@@ -255,9 +255,9 @@ def test_make_export_format_runs_the_plugins() -> None:
     lines = {fmt: subprocess.run(["make", "-n", "export", f"FORMAT={fmt}"], cwd=ROOT,
                                  capture_output=True, text=True).stdout
              for fmt in ("canvas", "moodle")}
-    assert "nbgrader export --exporter=parlab.grading.export_canvas.CanvasExport" in \
+    assert "nbgrader export --exporter=parlab.grading.report.canvas.CanvasExport" in \
         lines["canvas"] and "grades-canvas.csv" in lines["canvas"], lines
-    assert "--exporter=parlab.grading.export_moodle.MoodleExport" in lines["moodle"], lines
+    assert "--exporter=parlab.grading.report.moodle.MoodleExport" in lines["moodle"], lines
     refused = subprocess.run(["make", "-s", "export", "FORMAT=blackboard"], cwd=ROOT,
                              capture_output=True, text=True)
     assert refused.returncode != 0 and "FORMAT is canvas or moodle" in refused.stdout

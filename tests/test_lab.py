@@ -5,7 +5,7 @@
 - `make lab`: nbgrader's Validate is served, nothing an instructor uses is (no formgrader, no
   Assignment or Course list, whose lab plugins are disabled with Create Assignment and the
   nbgrader menu), and the news pop-up's plugin is off. Validate's reply is wrapped to fit its
-  dialog and its button shows progress (parlab.grading.validate_button: the text here, the
+  dialog and its button shows progress (parlab.grading.learner.validate_button: the text here, the
   dialog and the button in Chromium in tests/test_browser.py).
 - `make formgrader` serves the formgrader on a course root (here the graded class of
   tests/grading_runs.py); its "Generate Feedback" (the formgrader API call the button makes)
@@ -35,9 +35,9 @@ from conftest import ROOT
 from grading_runs import FAULT_MODULE, FAULTS_DIR
 
 from parlab.grading import COURSE_DIR, SOLUTIONS_DIR, distinctive_hidden_lines, leaks
-from parlab.grading.feedback import PLACEHOLDER
-from parlab.grading.notebooks import kernel_metadata
-from parlab.grading.validate_button import CUSTOM_CSS, RUNNING, WIDTH, readable
+from parlab.grading.base.notebooks import kernel_metadata
+from parlab.grading.feedback.hidden import PLACEHOLDER
+from parlab.grading.learner.validate_button import CUSTOM_CSS, RUNNING, WIDTH, readable
 
 TOKEN = "parlab-test-token"
 PROBE = "fault-hidden-test-fails"  # the class member whose failing test quotes a hidden line

@@ -1,4 +1,4 @@
-"""parlab.scratch: a scratch folder is gone when its process exits, and a killed process's
+"""parlab.launch.scratch: a scratch folder is gone when its process exits, and a killed process's
 folder is swept by the next one; the notebooks make theirs with it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 from conftest import ROOT
 
-from parlab.scratch import scratch_dir, scratch_root
+from parlab.launch.scratch import scratch_dir, scratch_root
 
-MAKE = ("import os, signal, sys\nfrom parlab.scratch import scratch_dir\n"
+MAKE = ("import os, signal, sys\nfrom parlab.launch.scratch import scratch_dir\n"
         "p = scratch_dir('demo')\n(p / 'trace.json').write_text('{}')\nprint(p, flush=True)\n")
 
 
@@ -43,7 +43,7 @@ def test_notebooks_make_their_folders_with_scratch_dir():
                          if c.cell_type == "code")
         assert "mkdtemp" not in code and "TemporaryDirectory" not in code, (
             f"{path.name}: a folder in /tmp that outlives the kernel; use "
-            "parlab.scratch.scratch_dir")
+            "parlab.launch.scratch.scratch_dir")
 
 
 def test_the_root_goes_with_the_last_process_that_left_it_empty(tmp_path):

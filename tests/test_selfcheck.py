@@ -115,7 +115,7 @@ def test_an_unreadable_notebook_is_reported_not_run(tmp_path: Path) -> None:
 
 # --- standing(): the self-check from the notebook's last cell ------------------------------------
 def test_standing_skips_under_every_grading_tool(capsys) -> None:
-    from parlab.grading.in_notebook import skip_reason
+    from parlab.grading.learner.in_notebook import skip_reason
 
     assert skip_reason({}) is None
     assert "nbgrader autograde" in skip_reason({"NBGRADER_EXECUTION": "autograde"})

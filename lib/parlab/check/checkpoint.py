@@ -37,7 +37,7 @@ from parlab.check._compare import assert_owns_only, assert_unchanged, expect_typ
 from parlab.check._harness import call_learner, exercise, not_reexport, run_checked
 from parlab.compose.checkpoint import load_state, save_state
 from parlab.compose.shards import reshard_pieces
-from parlab.scratch import scratch_dir
+from parlab.launch.scratch import scratch_dir
 
 __all__ = ["check_reshard", "CASES", "HIDDEN", "KEYS", "make_pieces", "dcp_reference"]
 

@@ -31,7 +31,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from parlab import comm, comm_staging, timeline
+from parlab import comm, timeline
+from parlab.comm import staging as comm_staging
 from parlab.launch import devices, nccl_rules
 
 STATUS_BYTES = 1024  # room for one JSON status line per rank
@@ -90,7 +91,7 @@ def take_gpu(gpu: int | None, *, nccl: bool) -> None:
     `wait()` returns once the work is queued, so a deadlocked rank would look busy in its own
     code; blocking, it sits inside the call that never completes, as on gloo, until the
     launcher's timeout says so (parlab.launch.diagnose). Over gloo (PARLAB_ONE_GPU), the calls
-    gloo cannot make on CUDA tensors go through the host (parlab.comm_staging)."""
+    gloo cannot make on CUDA tensors go through the host (parlab.comm.staging)."""
     devices.place(gpu)
     if gpu is None:
         return

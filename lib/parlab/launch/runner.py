@@ -55,8 +55,8 @@ from parlab.launch import rank as _rank
 from parlab.launch.devices import pick_backend
 from parlab.launch.diagnose import Watch
 from parlab.launch.errors import NcclRuleBroken, Origins, RankError, code_origins, relocate
+from parlab.launch.scratch import scratch_dir
 from parlab.launch.waiting import WaitingLine
-from parlab.scratch import scratch_dir
 
 __all__ = ["run", "pick_backend"]
 

@@ -15,7 +15,7 @@ multiprocessing's own tests stop it), and unlinks the forkserver's socket; a lat
 starts new ones. `stop_helpers_at_kernel_shutdown()`, called by `run` in an IPython kernel,
 makes the kernel's shutdown request do that before ipykernel looks for children, and freeze
 the garbage collector when atexit begins: the kernel then exits on its own, its atexit
-removes the pymp folder and the scratch root (parlab.scratch), and the objects left in
+removes the pymp folder and the scratch root (parlab.launch.scratch), and the objects left in
 reference cycles are not collected one by one (a process killed 2.5 s later would not have
 collected them either). Outside a kernel (a script, a test) nothing changes: the helpers end
 with the process that started them, as multiprocessing does it.

@@ -36,7 +36,7 @@ from jupyter_core.utils import run_sync
 from parlab import launch
 from parlab.check import _harness
 from parlab.errors import REFUSING, CheckFailed, NotWritten, stub_raised, unwritten_message
-from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
+from parlab.grading.base.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
 from parlab.sandboxed import inplace, wire
 from parlab.sandboxed.host import MARK, learner_rank, named
