@@ -9,11 +9,11 @@ Slurm's reason, then her JupyterLab opens. The second picks "A whole GPU", which
 jobs are in `squeue` as their learners; each fetches module 00 through nbgrader's exchange
 from inside the job (the environment reached it), runs a visible test on a wrong answer in a
 kernel of its job (SLURM_JOB_ID, no PARLAB_GPUS; the check fails), and the first clicks
-Validate, whose dialog shows the check's hint. The hub's stop
-cancels both jobs. A second hub culls an idle server: its job is cancelled (scancel), and a
-server whose job dies before it starts (a home the job cannot write to) is reported with the
-job's state and reason. `make test-cluster`, as root, the hub from .venv-hub (a venv the
-learners can run: tests/cluster.py).
+Validate, whose dialog shows the check's hint. The hub's stop cancels both jobs. A second
+hub: a server whose job dies before it starts (a home the job cannot write to) is reported
+with the job's state and reason, one whose job the administrator holds in the queue is
+cancelled and reported, and the idle culler's stop cancels a job. `make test-cluster`, as
+root, the hub from .venv-hub (a venv the learners can run: tests/cluster.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -121,6 +122,9 @@ def test_the_profiles_take_their_settings(tmp_path, monkeypatch, capsys, hub_ven
 
     monkeypatch.setattr(parlab.hub.exchange, "cannot_reach", lambda *a, **k: None)
     monkeypatch.setenv("PARLAB_COURSE_ROOT", str(tmp_path / "course_root"))
+    for name in ("EXCHANGE", "COURSE_ID", "INSTRUCTOR_GROUP"):  # the configuration sets them
+        monkeypatch.setenv(f"PARLAB_HUB_{name}", "")          # in os.environ: undone after
+        monkeypatch.delenv(f"PARLAB_HUB_{name}")
     (tmp_path / "course_root").mkdir()
     given = {"SPAWNER": "slurm", "INSTRUCTORS": "root", "INSTRUCTOR_GROUP": "root"}
     with checkout_as_it_was():
@@ -276,7 +280,18 @@ def start_said(hub, user: str, options: dict[str, str], timeout: float = 120) ->
     return said
 
 
-def test_the_culler_cancels_the_job_and_a_dead_job_is_reported(slurm_cluster, hub_venv):
+def hold_when_queued(cluster, user: str, timeout: float = 30) -> None:
+    """`scontrol hold` (as root: JobHeldAdmin) `user`'s job once it is in the queue."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for job, (owner, state, _) in jobs(cluster).items():
+            if owner == user and state == "PENDING":
+                cluster.run("scontrol", "hold", job)
+                return
+        time.sleep(0.3)
+
+
+def test_a_dead_or_held_job_is_reported_and_the_culler_cancels_a_job(slurm_cluster, hub_venv):
     base = Path(tempfile.mkdtemp(prefix="pls-hub-"))
     base.chmod(0o755)
     try:
@@ -292,6 +307,17 @@ def test_the_culler_cancels_the_job_and_a_dead_job_is_reported(slurm_cluster, hu
             assert "ended before your server started: FAILED, reason JobLaunchFailure" in said, \
                 said
             home.chmod(0o755)
+            # a job held by the administrator waits for what no wait brings: cancelled, said
+            blocker = slurm_cluster.sbatch("--nodes=2", "--exclusive", "--output=/dev/null",
+                                           "--wrap=sleep 300", cwd=slurm_cluster.tmp)
+            slurm_cluster.wait(blocker, timeout=30, states=frozenset({"RUNNING"}))
+            holder = threading.Thread(target=hold_when_queued, args=(slurm_cluster, cay))
+            holder.start()
+            said = start_said(hub, cay, {"profile": "cpu"})
+            holder.join()
+            assert "it waits for JobHeldAdmin, which no wait resolves" in said, said
+            assert not [j for j, (u, _, _) in jobs(slurm_cluster).items() if u == cay]
+            slurm_cluster.run("scancel", str(blocker))
             hub.api("POST", f"/hub/api/users/{cay}/server", {"profile": "cpu"})
             hub.wait_ready(cay)
             job = next(j for j, (u, state, _) in jobs(slurm_cluster).items()

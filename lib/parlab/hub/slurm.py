@@ -113,8 +113,8 @@ class SlurmJobSpawner(SlurmSpawner):
             job: str = await super().submit_batch_script()
         except RuntimeError as exc:
             raise JobProblem(f"Slurm refused your server's job: {exc}. The profile asks for "
-                               "what this cluster cannot give: choose another, or tell your "
-                               "instructor.") from None
+                             "what this cluster cannot give: choose another, or tell your "
+                             "instructor.") from None
         self._queued_at = time.monotonic()
         return job
 
