@@ -172,9 +172,10 @@ test-hub:
 # an ordinary Unix user, the hub's servers as Slurm jobs (PARLAB_HUB_SPAWNER=slurm, two
 # learners in Chromium; README.md, "Running on a Slurm cluster"). They run from .venv-hub, as
 # make test-hub's: jobs run as other users, who cannot run a venv made from a Python under
-# /root. As root; about 6 minutes on 2 cores, so not part of `make test`. Debian's slurm-wlm and munge are installed where
-# apt-get, root or passwordless sudo allow (on a machine with systemd the packages also
-# enable munge.service, which the tests do not use); otherwise it says so and the tests skip.
+# /root. As root; about 5 minutes on 2 cores, so not part of `make test`. Debian's slurm-wlm
+# and munge are installed where apt-get, root or passwordless sudo allow (on a machine with
+# systemd the packages also enable munge.service, which the tests do not use); otherwise it
+# says so and the tests skip.
 .PHONY: slurm
 slurm:
 	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
