@@ -169,11 +169,13 @@ test-hub:
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of
 # their own, one cluster for the whole session, stopped at its end with nothing left behind.
 # tests/test_cluster*.py run on it: scripts/train.sbatch requeued at its time limit, a class
-# graded by `make autograde ENGINE=slurm`, a job as an ordinary Unix user (README.md,
-# "Running on a Slurm cluster"). As root; about 6 minutes
-# on 2 cores, so not part of `make test`. Debian's slurm-wlm and munge are installed where
-# apt-get, root or passwordless sudo allow (on a machine with systemd the packages also
-# enable munge.service, which the tests do not use); otherwise it says so and the tests skip.
+# graded by `make autograde ENGINE=slurm`, a job as an ordinary Unix user, the hub's servers
+# as Slurm jobs (PARLAB_HUB_SPAWNER=slurm, two learners in Chromium; README.md, "Running on a
+# Slurm cluster"). They run from .venv-hub, as make test-hub's: jobs run as other users, who
+# cannot run a venv made from a Python under /root. As root; about 7 minutes on 2 cores, so
+# not part of `make test`. Debian's slurm-wlm and munge are installed where apt-get, root or
+# passwordless sudo allow (on a machine with systemd the packages also enable munge.service,
+# which the tests do not use); otherwise it says so and the tests skip.
 .PHONY: slurm
 slurm:
 	@command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { \
@@ -182,8 +184,9 @@ slurm:
 	    apt-get install -y -qq --no-install-recommends slurm-wlm munge; } >/dev/null 2>&1 \
 	  || echo "could not install slurm-wlm and munge: the cluster tests will skip"; }
 
-test-cluster: setup slurm
-	PARLAB_TEST_CLUSTER=1 $(PY) -m pytest -q -rs tests/test_cluster*.py $(PYTEST_ARGS)
+test-cluster: slurm
+	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
+	PARLAB_TEST_CLUSTER=1 $(HUB_TEST_VENV)/bin/python -m pytest -q -rs tests/test_cluster*.py $(PYTEST_ARGS)
 
 test: setup browser sandbox
 	$(PY) -m pytest -q -m "not corpus" $(PYTEST_ARGS)

@@ -189,6 +189,19 @@ def test_hooks_make_the_workspace_and_pass_the_gpus(tmp_path):
     assert teacher.notebook_dir == teacher.environment["PARLAB_COURSE_ROOT"] == str(grading)
 
 
+def test_under_slurm_a_server_gets_no_gpu_setting(tmp_path):
+    """Slurm grants a job its GPUs (CUDA_VISIBLE_DEVICES, none on a CPU profile): the hooks
+    set no PARLAB_GPUS, CUDA_VISIBLE_DEVICES or PARLAB_BACKEND, which would hide them."""
+    (tmp_path / "course").mkdir()
+    pre, post = make_hooks(HubSettings(course_root=tmp_path, scheduler_gpus=True,
+                                       workspaces=str(tmp_path / "u" / "{user}")))
+    alice = fake_spawner("alice")
+    assert pre(alice) is None
+    assert not {"PARLAB_GPUS", "CUDA_VISIBLE_DEVICES", "PARLAB_BACKEND"} & set(alice.environment)
+    assert alice.notebook_dir == str(tmp_path / "u" / "alice")
+    post(alice)
+
+
 def test_the_wait_hook_is_awaited_by_the_hub(tmp_path):
     (tmp_path / "course").mkdir()
     gpus = Allotment(tmp_path / "gpus.json", Plan(range(2), 2, when_full="wait"))

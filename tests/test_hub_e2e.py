@@ -213,14 +213,16 @@ def running_hub(tmp: Path, **settings: str) -> Iterator[Hub]:
         with contextlib.suppress(OSError):
             os.kill(int(line.split(":")[0]), signal.SIGKILL)
     assert not left, f"left running after the hub stopped: {left}"
-    assert held(hub) == {}, "the hub stopped servers without returning their GPUs"
+    if given.get("SPAWNER") != "slurm":        # under Slurm, Slurm allots the GPUs
+        assert held(hub) == {}, "the hub stopped servers without returning their GPUs"
 
 
 @contextlib.contextmanager
-def logged_in(hub: Hub, user: str, password: str, *, then: str, name: str) -> Iterator[Any]:
+def logged_in(hub: Hub, user: str, password: str, *, then: str, name: str,
+              url: str | None = None) -> Iterator[Any]:
     """A Chromium page logged in to the hub as `user` (the hub's login form), sent on to
-    `then`, and waiting on their JupyterLab; artifacts/hub/<name>-failure.png if what runs
-    with it fails."""
+    `then`, and waiting on their JupyterLab (or on `url`, a glob); artifacts/hub/<name>-
+    failure.png if what runs with it fails."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -232,7 +234,7 @@ def logged_in(hub: Hub, user: str, password: str, *, then: str, name: str) -> It
             page.fill("#username_input", user)
             page.fill("#password_input", password)
             page.click("#login_submit")
-            page.wait_for_url(f"**/user/{user}/lab**", timeout=120_000)
+            page.wait_for_url(url or f"**/user/{user}/lab**", timeout=120_000)
             yield page
         except Exception:
             page.screenshot(path=ARTIFACTS / f"{name}-failure.png")

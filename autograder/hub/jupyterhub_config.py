@@ -4,8 +4,10 @@
 # As shipped it is a TRIAL that works on a fresh machine: bound to 127.0.0.1, learners log in
 # with one shared password, every server runs as the Unix user who ran `make hub`. The blocks
 # marked "THE REAL THING" (commented) switch to the system's users, a login from your learning
-# platform and TLS. The settings at the top can also be given as environment variables
-# (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set them.
+# platform and TLS; SPAWNER = "slurm" (4b) runs each learner's server as a Slurm job on a
+# cluster's compute node instead of on this box. The settings at the top can also be given as
+# environment variables (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set
+# them.
 #
 # Files it keeps (git-ignored): autograder/hub/run/ - the hub's database and cookie secret,
 # the proxy's pid file, the trial's passwords, the GPU allotment (gpus.json), the trial
@@ -74,7 +76,11 @@ if CLASS_LIST.exists and "PARLAB_HUB_LEARNERS" not in os.environ:
 IP = setting("IP", "127.0.0.1")
 PORT = int(setting("PORT", "8000"))
 c.JupyterHub.bind_url = f"http://{IP}:{PORT}"
-c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{PORT + 1}"  # its API, for servers, services
+# The hub's API, where servers and services report: on this machine only, unless servers run
+# elsewhere (Slurm, 4b): then HUB_IP is this machine's address on the compute nodes' network,
+# where each node must reach it (and the hub each node, on any port: the server's is random).
+HUB_IP = setting("HUB_IP", "127.0.0.1")
+c.JupyterHub.hub_bind_url = f"http://{HUB_IP}:{PORT + 1}"  # its API, for servers, services
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 2}"  # the proxy's, for the hub
 c.JupyterHub.db_url = f"sqlite:///{RUN / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
@@ -85,10 +91,12 @@ c.JupyterHub.default_url = "/hub/home"
 c.JupyterHub.cleanup_servers = setting("KEEP_SERVERS", "0") != "1"
 
 # The proxy: configurable-http-proxy, the Python port from PyPI installed by `make hub`
-# (pyproject's [hub] extra); without it, npm's (`npm install -g configurable-http-proxy`).
+# (pyproject's [hub] extra), through parlab.hub.proxy, which passes responses on as they come
+# (the port alone holds the spawn page's progress back, then cuts it after 20 s); without the
+# port, npm's (`npm install -g configurable-http-proxy`), which streams.
 PROXY = BIN / "configurable-http-proxy"
-c.ConfigurableHTTPProxy.command = [str(PROXY) if PROXY.exists()
-                                   else "configurable-http-proxy"]
+c.ConfigurableHTTPProxy.command = ([sys.executable, "-m", "parlab.hub.proxy"] if PROXY.exists()
+                                   else ["configurable-http-proxy"])
 # The hub writes the proxy's process id to a file while it runs (JupyterHub's default:
 # jupyterhub-proxy.pid in the directory it was started in, the repository); here, in run/.
 c.ConfigurableHTTPProxy.pid_file = str(RUN / "jupyterhub-proxy.pid")
@@ -134,7 +142,12 @@ c.Authenticator.allow_all = True           # the gate decides (allowed_users: ma
 # THE REAL THING (c): TLS, always when the hub is reachable from another machine:
 #   c.JupyterHub.ssl_cert = "/etc/letsencrypt/live/lab.example.edu/fullchain.pem"
 #   c.JupyterHub.ssl_key = "/etc/letsencrypt/live/lab.example.edu/privkey.pem"
-SYSTEM_USERS = setting("SYSTEM_USERS", "0") == "1"
+# Where learners' servers run: "local", on this box (4), or "slurm", each a job on a compute
+# node of a Slurm cluster (4b), which needs the system's users (a job runs as its learner).
+SPAWNER = setting("SPAWNER", "local")
+if SPAWNER not in ("local", "slurm"):
+    sys.exit(f"PARLAB_HUB_SPAWNER={SPAWNER!r}: write local (this box) or slurm (a cluster)")
+SYSTEM_USERS = setting("SYSTEM_USERS", "0") == "1" or SPAWNER == "slurm"
 if SYSTEM_USERS:
     c.JupyterHub.authenticator_class = "pam"
     # Every learner's server runs this venv's Python as the learner: a venv made from a
@@ -199,6 +212,77 @@ c.Spawner.environment = {"PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin'
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 60
 
+# --- 4b. Or: each learner's server a Slurm job (SPAWNER = "slurm") -------------------------
+# The hub stays on this machine (the login node, say) and each server is a batch job on a
+# compute node (batchspawner's SlurmSpawner, as parlab.hub.slurm.SlurmJobSpawner): `sbatch`
+# as the learner when they start it, `scancel` when they stop it, the idle culler stops it
+# (8) or the hub stops. The learner picks a profile on the spawn page (wrapspawner's
+# ProfilesSpawner); SLURM_PROFILES lists those offered, in order:
+#   cpu    CPU only: ranks over gloo, no GPU;
+#   shard  a share of a GPU, --gres=shard:1 (Slurm >= 22.05: the GPU's shards in gres.conf;
+#          the learners on one GPU share its memory and time, nothing divides them);
+#   gpu    a whole GPU, --gres=gpu:1.
+# A job's ranks use the GPUs Slurm grants it (CUDA_VISIBLE_DEVICES; with one GPU, every rank
+# on it over gloo, PARLAB_ONE_GPU=0): no PARLAB_GPUS and no allotment (5) here. Each profile
+# asks for SLURM_CPUS cores, SLURM_MEM of memory and SLURM_TIME, in SLURM_PARTITION (and
+# SLURM_RESERVATION: a reservation for the class's hours), empty = Slurm's default; one
+# profile's own: PARLAB_HUB_SLURM_<PROFILE>_<NAME>, e.g. PARLAB_HUB_SLURM_GPU_PARTITION=gpu.
+# What the administrator sets up (sudo for sbatch as each learner, the shared filesystem,
+# gres.conf): README.md, "Running on a Slurm cluster". The pitfalls batchspawner's users hit,
+# handled here: `import batchspawner` (each job posts its server's port to the hub's
+# /hub/api/batchspawner, which the import registers: without it, 404 and a spinner); HUB_IP
+# (2) where the nodes reach the hub; START_S long enough for the queue, the wait and Slurm's
+# reason shown on the spawn page; the environment reaching the job (sbatch --export of every
+# variable the spawner sets, with SLURM_CONF kept for sbatch itself); a job that dies, or
+# can never start, reported with Slurm's reason instead of a spinner.
+SLURM_PROFILES = names(setting("SLURM_PROFILES", "cpu,shard,gpu"))
+SLURM = {"partition": setting("SLURM_PARTITION", ""),
+         "reservation": setting("SLURM_RESERVATION", ""),
+         "time": setting("SLURM_TIME", "4:00:00"),       # a server ends with its job's time
+         "mem": setting("SLURM_MEM", "16G"),
+         "cpus": setting("SLURM_CPUS", "4")}
+PROFILES = {"cpu": ("CPU only (ranks over gloo)", ""),     # key: what the learner reads, GRES
+            "shard": ("A share of a GPU (shared with other learners)", "shard:1"),
+            "gpu": ("A whole GPU", "gpu:1")}
+START_S = int(setting("START_S", "600"))                 # the queue's wait included
+if SPAWNER == "slurm":
+    # batchspawner's API (each job posts its server's port there) exists only once batchspawner
+    # is imported before the hub starts: here, and by parlab.hub.slurm. A spawner class named
+    # only as a string in a profile is imported at its first spawn, too late: 404, a spinner.
+    import batchspawner  # noqa: F401
+
+    from parlab.hub.slurm import SlurmJobSpawner
+
+    if set(SLURM_PROFILES) - set(PROFILES) or not SLURM_PROFILES:
+        sys.exit(f"PARLAB_HUB_SLURM_PROFILES={','.join(SLURM_PROFILES)!r}: list some of "
+                 f"{', '.join(PROFILES)}")
+
+    def profile(key):
+        mine = {n: setting(f"SLURM_{key.upper()}_{n.upper()}", v) for n, v in SLURM.items()}
+        display, gres = PROFILES[key]
+        return (display, key, SlurmJobSpawner, {
+            "req_partition": mine["partition"], "req_reservation": mine["reservation"],
+            "req_runtime": mine["time"], "req_memory": mine["mem"], "req_nprocs": mine["cpus"],
+            "req_gres": gres,
+            "req_prologue": "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}"
+                            + ("; export PARLAB_ONE_GPU=0" if gres else "")})
+
+    c.JupyterHub.spawner_class = "wrapspawner.ProfilesSpawner"
+    c.ProfilesSpawner.profiles = [profile(key) for key in SLURM_PROFILES]
+    # In the job: batchspawner's wrapper (it picks the port on the node and posts it), then
+    # the server of this venv, which every node reads at the same path (the shared
+    # filesystem); sbatch, squeue and scancel run as the learner (sudo -E -u <learner>).
+    c.Spawner.cmd = [str(BIN / "jupyterhub-singleuser")]
+    c.SlurmJobSpawner.batchspawner_singleuser_cmd = str(BIN / "batchspawner-singleuser")
+    c.SlurmJobSpawner.exec_prefix = "sudo -E -u {username}"
+    c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL", "SLURM_CONF"]
+    c.Spawner.start_timeout = START_S
+    c.Spawner.http_timeout = 120
+    if HUB_IP.startswith("127."):
+        print(f"parlab: PARLAB_HUB_HUB_IP={HUB_IP}: only jobs on this machine reach the hub; "
+              "on a cluster give this machine's address on the nodes' network",
+              file=sys.stderr)
+
 # --- 5. GPUs: a disjoint set per server ----------------------------------------------------
 # The plan: the box's GPUs (nvidia-smi's numbers; empty = every GPU nvidia-smi lists), so many
 # per learner. A server gets the next free set as PARLAB_GPUS (its ranks go on them, NCCL
@@ -214,7 +298,7 @@ def box_gpus():
     return list(range(sum(line.startswith("GPU ") for line in listing.splitlines())))
 
 
-GPUS = [int(g) for g in names(setting("GPUS", ""))] or box_gpus()
+GPUS = [] if SPAWNER == "slurm" else [int(g) for g in names(setting("GPUS", ""))] or box_gpus()
 PER_LEARNER = int(setting("PER_LEARNER", "2"))
 WHEN_FULL = setting("WHEN_FULL", "cpu")
 WAIT_S = float(setting("WAIT_S", "600"))
@@ -255,7 +339,8 @@ c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
     instructors=frozenset(INSTRUCTORS),
     allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS,
     exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID,
-    extra_env={"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {}))
+    extra_env={"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {},
+    scheduler_gpus=SPAWNER == "slurm"))
 
 # --- 7. Limits per learner's server --------------------------------------------------------
 # JupyterHub hands mem_limit and cpu_limit to the server (MEM_LIMIT, CPU_LIMIT); the local
@@ -304,6 +389,8 @@ if CLASS_LIST.exists:
     LOGINS += (f"  the class list: {len(CLASS_LIST.active())} students of {CLASS_LIST.path} "
                "(make hub-roster), read at every login\n")
 LOGINS += "".join(f"  {line}\n" for line in LTI_LINES)
-print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}"
-      f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}. "
+SERVERS = (f"servers: Slurm jobs, profiles {', '.join(SLURM_PROFILES)} (GPUs: what Slurm "
+           "grants each job)" if SPAWNER == "slurm" else
+           f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}")
+print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}{SERVERS}. "
       "Stop it with Ctrl-C.\n", file=sys.stderr, flush=True)

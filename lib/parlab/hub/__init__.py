@@ -10,6 +10,8 @@ autograder/hub/jupyterhub_config.py).
 - `notice`: the line a learner reads when their server got CPU ranks.
 - `exchange`: nbgrader's exchange made private (system users only).
 - `private`: what the instructor's course root keeps from learners, out of their reach.
+- `slurm`: learners' servers as Slurm jobs (PARLAB_HUB_SPAWNER=slurm; imports batchspawner).
+- `proxy`: the hub's proxy (configurable-http-proxy's Python port), streaming responses.
 - `python -m parlab.hub gpus | free | watch`: who holds which GPUs; the gpu-pool service.
 """
 

@@ -12,7 +12,9 @@ course root follows on JUPYTER_CONFIG_PATH: nbgrader (Validate, formgrader) read
 nbgrader_config.py from there, as it reads it from the working directory under `make lab`. The
 server takes GPUs from the allotment (`parlab.hub.allot`) and gets them as PARLAB_GPUS; with
 none left it gets CPU ranks over gloo and the line of `parlab.hub.notice`, or waits (the
-plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go back.
+plan's when_full). When it stops, or is culled idle (`post_stop`), its GPUs go back. Under
+Slurm (`scheduler_gpus`) a server gets no GPU setting at all: its job's ranks use the GPUs
+Slurm granted it (CUDA_VISIBLE_DEVICES), none on a CPU profile.
 With `exchange` (the system's users only: nbgrader names a student by their Unix account) a
 learner's workspace starts empty and modules arrive through nbgrader's exchange, from the
 Assignments tab of the hub's learner configuration (autograder/hub/jupyter/learner/); every
@@ -50,6 +52,7 @@ class HubSettings:
     exchange: Path | None = None           # nbgrader's exchange root (system users only)
     course_id: str = "parlab"              # the course's name in the exchange
     extra_env: dict[str, str] = field(default_factory=dict)
+    scheduler_gpus: bool = False           # Slurm grants the GPUs (CUDA_VISIBLE_DEVICES)
 
     def __post_init__(self) -> None:
         if self.exchange is not None and not self.system_users:
@@ -135,6 +138,8 @@ def make_hooks(settings: HubSettings) -> tuple[Callable[[Any], Any], Callable[[A
     def pre_spawn(spawner: Any) -> Coroutine[Any, Any, None] | None:
         _prepare(settings, spawner)
         pool = settings.allotment
+        if settings.scheduler_gpus:     # the job's GPUs are what Slurm grants: no PARLAB_GPUS
+            return None
         if pool is None:
             _give_gpus(settings, spawner, [])
             return None
