@@ -240,11 +240,22 @@ c.Spawner.cpu_limit = float(setting("CPUS", "4"))
 
 # --- 8. Services: idle culling and the GPU pool --------------------------------------------
 # jupyterhub-idle-culler stops a server idle for IDLE_S seconds (its GPUs go back); the
-# gpu-pool service returns the GPUs of servers that ended while the hub was not looking.
+# gpu-pool service returns the GPUs of servers that ended while the hub was not looking. Each
+# runs under parlab.hub.service, which ends it within a second when the hub stops (saying so in
+# the hub's log; JupyterHub alone waits up to 30 s for a service that ignores SIGINT) and when the
+# hub dies without stopping (SIGKILL, a crash): the service's parent-death signal.
 IDLE_S = int(setting("IDLE_S", "3600"))
+
+
+def service(name, *command):
+    # run as a file, not `-m parlab.hub.service`: no package to import before its signal handlers
+    wrapper = ROOT / "lib" / "parlab" / "hub" / "service.py"
+    return {"name": name, "command": [sys.executable, str(wrapper), name, "--", *command],
+            "environment": {"PARLAB_HUB_RUN": str(RUN)}}   # names its hub (for `ps e`, tests)
+
+
 c.JupyterHub.services = [
-    {"name": "idle-culler",
-     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"]},
+    service("idle-culler", sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"),
 ]
 c.JupyterHub.load_roles = [
     {"name": "idle-culler", "services": ["idle-culler"],
@@ -252,8 +263,8 @@ c.JupyterHub.load_roles = [
 ]
 if GPUS:
     c.JupyterHub.services.append(
-        {"name": "gpu-pool", "command": [sys.executable, "-m", "parlab.hub", "watch",
-                                         "--state", str(RUN / "gpus.json"), "--every", "60"]})
+        service("gpu-pool", sys.executable, "-m", "parlab.hub", "watch",
+                "--state", str(RUN / "gpus.json"), "--every", "60"))
     c.JupyterHub.load_roles.append(
         {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]})
 
