@@ -68,7 +68,10 @@ c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{PORT + 1}"  # its API, for serve
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 2}"  # the proxy's, for the hub
 c.JupyterHub.db_url = f"sqlite:///{RUN / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
-c.JupyterHub.default_url = "/hub/home"
+# After logging in, each goes straight to their own JupyterLab (the hub starts their server;
+# JupyterHub's redirect_to_server), not to the hub's "Start My Server" page; with the exchange a
+# learner's opens on nbgrader's Assignment List (autograder/hub/jupyter/labextensions/). The
+# hub's own pages stay at /hub/home (File > Hub Control Panel in JupyterLab).
 # Stopping the hub stops every learner's server (their GPUs go back). KEEP_SERVERS = "1" lets
 # you restart the hub (to change this file) while learners keep working: their servers and
 # GPUs stay, and the restarted hub finds them (and run/gpus.json) as they were.
@@ -221,7 +224,8 @@ c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
     instructors=frozenset(INSTRUCTORS),
     allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS,
     exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID,
-    extra_env={"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {}))
+    extra_env={"PARLAB_HUB_LEARNERS": ",".join(LEARNERS),      # the roster, for the status page
+               **({"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {})}))
 
 # --- 7. Limits per learner's server --------------------------------------------------------
 # JupyterHub hands mem_limit and cpu_limit to the server (MEM_LIMIT, CPU_LIMIT); the local
@@ -277,6 +281,9 @@ LOGINS = (f"  learners ({', '.join(LEARNERS)}) and instructors ({', '.join(INSTR
           f"  (kept in {PASSWORDS}; add learners with PARLAB_HUB_LEARNERS=a,b,c)\n"
           "nbgrader's exchange: off in the trial (every learner is one Unix user here, and "
           "nbgrader names a student by theirs): PARLAB_HUB_SYSTEM_USERS=1 turns it on\n")
+STATUS_OF = INSTRUCTORS[0] if INSTRUCTORS else "<instructor>"
 print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}"
+      f"who has fetched, submitted, been graded: http://{IP}:{PORT}/user/{STATUS_OF}/parlab/status"
+      " (an instructor's server), or `make status`\n"
       f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}. "
       "Stop it with Ctrl-C.\n", file=sys.stderr, flush=True)

@@ -5,7 +5,9 @@
 autograder/hub/jupyterhub_config.py starts the idle culler and the gpu-pool service through
 this file, run as a script (it imports nothing but the standard library, so its signal
 handlers are in place within a few milliseconds of its start; `python -m parlab.hub.service`
-works too, after importing the package). JupyterHub starts a managed service in a session of its own (so that Ctrl-C in the hub's
+works too, after importing the package).
+
+JupyterHub starts a managed service in a session of its own (so that Ctrl-C in the hub's
 terminal never reaches it) and, when it stops, sends it SIGINT and waits up to
 `LocalProcessSpawner.interrupt_timeout` (30 s in JupyterHub 6) before SIGTERM: a service that
 does not end on SIGINT holds the hub's stop that long, silent after "Cleaning up 1
