@@ -313,3 +313,41 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
     assert "gradebook.db" in names and "status.txt" in names, names
     assert ANN in status and DAN in status, status
     assert oct(archive.stat().st_mode & 0o777) == "0o640"
+
+
+def test_status_of_a_class_without_the_hub(tmp_path, monkeypatch):
+    """`make status` for a class that hands in through `make collect` (no exchange): the
+    gradebook's roster with one who never handed in, submission times from the learning
+    platform's CSV, late by against the gradebook's due date."""
+    from nbgrader.api import Gradebook
+
+    root, inbox = tmp_path / "root", tmp_path / "inbox"
+    shutil.copytree(ROOT / "course" / MODULE, root / "course" / MODULE)
+    for user in ("ann", "ben"):
+        (inbox / user).mkdir(parents=True)
+        shutil.copy(ROOT / "course" / MODULE / f"{MODULE}.ipynb", inbox / user)
+    due = dt.datetime(2026, 3, 1, 17, 0)
+    (tmp_path / "times.csv").write_text("student,module,timestamp\n"
+                                        f"ann,{MODULE},2026-03-01 16:00:00\n"
+                                        f"ben,{MODULE},2026-03-01 19:30:00\n")
+    env = {**os.environ, "PATH": f"{VENV}/bin:{os.environ['PATH']}"}
+    subprocess.run([sys.executable, "-m", "parlab.grading", "--root", str(root), "collect",
+                    str(inbox), "--times", str(tmp_path / "times.csv")], env=env, check=True,
+                   capture_output=True)
+    monkeypatch.setenv("PATH", env["PATH"])           # nbgrader makes the gradebook: alembic
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(MODULE, duedate=due)
+        for user in ("ann", "ben", "cy"):
+            gb.add_student(user)
+    out = subprocess.run(["make", "-s", f"VENV={VENV}", "status", f"MODULE={MODULE}",
+                          f"PARLAB_COURSE_ROOT={root}", f"PARLAB_HUB_RUN={tmp_path / 'run'}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    table = out.stdout + out.stderr
+    assert out.returncode == 0, table
+    got = {line.split()[0]: re.split(r"\s{2,}", line) for line in table.splitlines()
+           if line.split() and line.split()[0] in ("ann", "ben", "cy")}
+    # student, submitted, late by, collected, graded, feedback (no fetched: no exchange)
+    assert got["ann"][1:4] == ["2026-03-01 16:00 UTC", "on time", "yes"], table
+    assert got["ben"][1:4] == ["2026-03-01 19:30 UTC", "2 h 30 min", "yes"], table
+    assert got["cy"][1:] == ["-"] * 5, table
+    assert "no exchange" in table and "due 2026-03-01 17:00 UTC" in table, table

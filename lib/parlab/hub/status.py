@@ -145,7 +145,8 @@ def status_table(module: str, root: Path | None = None, exchange: Path | None = 
     got = fetches(exchange, module) if exchange else {}
     hand_ins = _hand_ins(exchange, module) if exchange else {}
     records = course_records(root, module)
-    rows = [Row(s, s in roster, got.get(s), hand_ins.get(s, []), records.get(s, CourseRecord()))
+    rows = [Row(s, s in roster or not roster, got.get(s), hand_ins.get(s, []),
+                records.get(s, CourseRecord()))
             for s in sorted(roster | set(got) | set(hand_ins) | set(records))]
     return Table(module, root, duedate(root, module), exchange, rows)
 
