@@ -138,7 +138,7 @@ hub-return: setup
 # through `make collect`). As the instructor's own account; MODULE=.. for one module.
 .PHONY: status hub-teardown
 status: setup
-	@$(HUB_PATH) $(PY) -m parlab.hub.status$(if $(MODULE), --module "$(MODULE)")
+	@$(HUB_PATH) $(PY) -m parlab.grading.status$(if $(MODULE), --module "$(MODULE)")
 
 # The end of a term (autograder/hub/README.md, "The end of a term"), as root: archives the
 # gradebook, grades and feedback, then removes the learners' accounts (with
@@ -158,7 +158,8 @@ HUB_TEST_PYTHON ?= /usr/bin/python3
 test-hub:
 	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(HUB_TEST_VENV)/bin/python -m pytest -q tests/test_hub_e2e.py \
-	  tests/test_hub_exchange.py tests/test_hub_allot.py tests/test_hub_term.py $(PYTEST_ARGS)
+	  tests/test_hub_exchange.py tests/test_hub_allot.py tests/test_hub_term.py \
+	  tests/test_hub_services.py $(PYTEST_ARGS)
 
 # A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of

@@ -1,4 +1,4 @@
-"""Who fetched which module: a record nbgrader's exchange does not keep, kept beside it.
+"""What the exchange records of each learner: fetched (kept here), handed in, feedback returned.
 
 nbgrader's fetch copies a release from the exchange's `outbound/` into the learner's
 workspace and leaves no trace the instructor can read (the workspace is the learner's alone).
@@ -12,6 +12,12 @@ folder, nor rename or remove another's file. The name says who and what; the fil
 and when: `fetches` trusts a record only when its owner is the student it names. A record
 that cannot be made (the hub started before this existed) is only a warning: the fetch itself
 has happened.
+
+The readers for the instructor's `make status` (parlab.grading.status): `fetches` (the
+records above), `hand_ins` (the submissions in `inbound/`, as nbgrader's collect reads their
+names) and `released_page` (where nbgrader's release_feedback puts a notebook's feedback page:
+`feedback/<md5 of the submission's secret and the notebook's name>.html`); `exchange_course`
+is the course's folder in the exchange, where the hub made one.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbgrader.exchange.default.fetch_assignment import ExchangeFetchAssignment
-from nbgrader.utils import get_username
+from nbgrader.utils import get_username, notebook_hash, parse_utc
 
-__all__ = ["RecordedFetch", "Fetch", "fetches", "FETCHED"]
+from parlab.hub.exchange import exchange_settings
+
+__all__ = ["RecordedFetch", "Fetch", "fetches", "hand_ins", "released_page", "exchange_course",
+           "FETCHED"]
 
 FETCHED = "fetched"
 
@@ -80,3 +89,36 @@ def fetches(course: Path, module: str) -> dict[str, Fetch]:
         when = dt.datetime.fromtimestamp(info.st_mtime, tz=dt.timezone.utc).replace(tzinfo=None)
         times.setdefault(owner, []).append(when)
     return {s: Fetch(min(t), max(t), len(t)) for s, t in times.items()}
+
+
+def exchange_course() -> Path | None:
+    """The course's folder in nbgrader's exchange (PARLAB_HUB_EXCHANGE, PARLAB_HUB_COURSE_ID,
+    as for `make hub-collect`) where the hub made one; else None."""
+    root, course = exchange_settings()
+    folder = root / course
+    return folder if (folder / "inbound").is_dir() else None
+
+
+def hand_ins(course: Path, module: str) -> dict[str, list[dt.datetime]]:
+    """Every submission of `module` in the exchange's inbound/, by student, oldest first (naive
+    UTC), as nbgrader's collect reads their names: <student>+<module>+<time>[+<random>]."""
+    found: dict[str, list[dt.datetime]] = {}
+    try:
+        names = os.listdir(Path(course) / "inbound")
+    except OSError:
+        return found
+    for name in names:
+        parts = name.rsplit("+", 3)
+        if len(parts) < 3 or parts[1] != module:
+            continue
+        try:
+            found.setdefault(parts[0], []).append(parse_utc(parts[2]))
+        except (ValueError, OverflowError):
+            continue
+    return {s: sorted(t) for s, t in found.items()}
+
+
+def released_page(course: Path, secret: str, notebook: str) -> Path:
+    """Where nbgrader's release_feedback puts a notebook's feedback page for the submission
+    whose submission_secret.txt holds `secret`."""
+    return Path(course) / "feedback" / f"{notebook_hash(secret=secret, notebook_id=notebook)}.html"

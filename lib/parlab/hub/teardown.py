@@ -36,6 +36,7 @@ import os
 import pwd
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -44,16 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parlab.grading.export import export_grades
-from parlab.grading.status import gradebook_students
-from parlab.hub.exchange import exchange_settings
-from parlab.hub.status import (
-    course_root,
-    exchange_course,
-    modules_with_records,
-    render_text,
-    status_table,
-)
+from parlab.hub.exchange import REPO_ROOT, exchange_settings
 
 __all__ = ["Plan", "make_plan", "describe", "carry_out", "main"]
 
@@ -73,6 +65,28 @@ class Plan:
     exchange: Path | None = None                 # the course's folder in the exchange
     temp: list[Path] = field(default_factory=list)                # in /tmp and /dev/shm
     processes: list[int] = field(default_factory=list)
+
+
+def course_root() -> Path:
+    """PARLAB_COURSE_ROOT, else the repository."""
+    return Path(os.environ.get("PARLAB_COURSE_ROOT") or REPO_ROOT).resolve()
+
+
+def gradebook_students(root: Path) -> list[str]:
+    """The gradebook's students, read without nbgrader (and without ever making it)."""
+    try:
+        with sqlite3.connect(f"file:{root / 'gradebook.db'}?mode=ro", uri=True) as con:
+            return sorted(row[0] for row in con.execute("SELECT id FROM student"))
+    except sqlite3.Error:           # no gradebook, or an empty one
+        return []
+
+
+def _grading(*args: str) -> str:
+    """`python -m parlab.grading...` (make export, make status) on the course root: its output."""
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {done.stdout}{done.stderr}")
+    return done.stdout
 
 
 def _uid_min() -> int:
@@ -146,8 +160,7 @@ def make_plan(root: Path | None = None, archive_dir: Path | None = None) -> Plan
     plan = Plan(root, (archive_dir or root) / f"parlab-term-{course}-{stamp}.tar.gz")
     learners = sorted(set(_names("PARLAB_HUB_LEARNERS")) | set(gradebook_students(root)))
     system_users = os.environ.get("PARLAB_HUB_SYSTEM_USERS") == "1"
-    run = Path(os.environ.get("PARLAB_HUB_RUN") or Path(__file__).resolve().parents[3]
-               / "autograder" / "hub" / "run")
+    run = Path(os.environ.get("PARLAB_HUB_RUN") or REPO_ROOT / "autograder" / "hub" / "run")
     instructors = _instructors()
     for name in learners:
         if not system_users:
@@ -192,16 +205,15 @@ def describe(plan: Plan) -> str:
 
 def _archive(plan: Plan) -> None:
     if gradebook_students(plan.root):
-        export_grades(plan.root, plan.root / "grades.csv")
-    folder = exchange_course()
-    tables = [render_text(status_table(m, plan.root, folder))
-              for m in modules_with_records(plan.root, folder)]
+        _grading("parlab.grading", "--root", str(plan.root), "export", "--to",
+                 str(plan.root / "grades.csv"))
+    status = _grading("parlab.grading.status", "--root", str(plan.root))
     partial = plan.archive.with_name(plan.archive.name + ".part")
     with tarfile.open(partial, "w:gz") as tar:
         for name in ARCHIVED:
             if (plan.root / name).exists():
                 tar.add(plan.root / name, arcname=name)
-        text = ("\n\n".join(tables) or "no records").encode() + b"\n"
+        text = status.encode()
         info = tarfile.TarInfo("status.txt")
         info.size, info.mtime = len(text), int(time.time())
         tar.addfile(info, io.BytesIO(text))

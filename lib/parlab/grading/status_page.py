@@ -2,11 +2,11 @@
 
 A Jupyter server extension that the hub enables on instructors' servers only
 (autograder/hub/jupyter/instructor/jupyter_server_config.json, on their JUPYTER_CONFIG_PATH by
-parlab.hub.hooks). `?module=00_collectives` shows one module; without it, every module with a
-record. It reads what `make status` reads (parlab.hub.status), as the instructor's account,
-each time it is opened: the course root (PARLAB_COURSE_ROOT), the exchange (PARLAB_HUB_EXCHANGE,
-PARLAB_HUB_COURSE_ID) and the roster (the gradebook, PARLAB_HUB_LEARNERS), which the hub hands
-to the server.
+parlab.hub.hooks; `make formgrader` does not load it). `?module=00_collectives` shows one
+module; without it, every module with a record. It reads what `make status` reads
+(parlab.grading.status), as the instructor's account, each time it is opened: the course root
+(PARLAB_COURSE_ROOT), the exchange (PARLAB_HUB_EXCHANGE, PARLAB_HUB_COURSE_ID) and the roster
+(the gradebook, PARLAB_HUB_LEARNERS), which the hub hands to the server.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from parlab.hub.status import (
+from parlab.grading.status import (
     COLUMNS,
     cells,
     course_root,
-    exchange_course,
     modules_with_records,
     status_table,
     summary,
     when,
 )
+from parlab.hub.records import exchange_course
 
 __all__ = ["StatusHandler", "page"]
 
