@@ -14,7 +14,17 @@ NBGRADER := cd autograder && ../$(VENV)/bin/nbgrader
 .PHONY: lab hub hub-gpus test-hub test-cluster test test-fast test-corpus release lint bench gpu-check clean setup collect autograde export feedback check update \
 	report formgrader
 
-setup: $(VENV)/.installed
+setup: platform $(VENV)/.installed
+
+# The launcher's ranks come from multiprocessing's forkserver: Linux and macOS have it, native
+# Windows does not (README.md, "Platforms"). There (make under MSYS2, Git Bash, Cygwin, or
+# without uname) every target that needs .venv stops with one line saying so; WSL 2 is Linux.
+UNAME := $(shell uname -s 2>/dev/null || echo Windows)
+NATIVE_WINDOWS := MINGW% MSYS% CYGWIN% Windows%
+ON_WINDOWS := Parallelism Lab runs on Linux and macOS; on Windows use WSL 2 (README.md, "Platforms"): native Windows ($(UNAME)) has no forkserver for the ranks
+.PHONY: platform
+platform:
+	@$(if $(filter $(NATIVE_WINDOWS),$(UNAME)),$(error $(ON_WINDOWS)),true)
 
 # torch first: a CPU build when no GPU is seen (the CPU wheel index, falling back to the
 # default index, which is CPU-only where a local CPU wheel is served); a CUDA build otherwise.
@@ -132,13 +142,27 @@ hub-return: setup
 	$(HUB_EXCHANGE)
 	$(HUB_NBGRADER) release_feedback $(MODULE)
 
+# The class list from your learning platform (autograder/hub/README.md, "The class list"):
+# hub-roster ROSTER=class.csv [ID_COLUMN=<column>] [DRY=1] puts its students into nbgrader's
+# gradebook (nbgrader db student import), the hub's learners (roster.json, read at every login)
+# and, with PARLAB_HUB_SYSTEM_USERS=1 (as root), the box's Unix accounts, each new one with a
+# one-time password in a file only root reads; a later run adds and retires students (kept in
+# the gradebook with their grades, account locked). It says what it changed.
+ROSTER ?=
+ID_COLUMN ?=
+DRY ?=
+.PHONY: hub-roster
+hub-roster: setup
+	@test -n "$(ROSTER)" || { echo "make hub-roster needs ROSTER=<the CSV of the class your learning platform exports>"; exit 2; }
+	$(PY) -m parlab.hub.enrol "$(ROSTER)"$(if $(ID_COLUMN), --id-column "$(ID_COLUMN)")$(if $(DRY), --dry-run)
+
 # Who has fetched, submitted (when, how late), been graded (score) and had feedback returned,
 # for each student of the roster (the gradebook's students and PARLAB_HUB_LEARNERS): from the
 # exchange's records when the hub has one, else from the course root alone (a class handing in
 # through `make collect`). As the instructor's own account; MODULE=.. for one module.
 .PHONY: status hub-teardown
 status: setup
-	@$(HUB_PATH) $(PY) -m parlab.grading.status$(if $(MODULE), --module "$(MODULE)")
+	@$(HUB_PATH) $(PY) -m parlab.grading.report.status$(if $(MODULE), --module "$(MODULE)")
 
 # The end of a term (autograder/hub/README.md, "The end of a term"), as root: archives the
 # gradebook, grades and feedback, then removes the learners' accounts (with
@@ -158,8 +182,8 @@ HUB_TEST_PYTHON ?= /usr/bin/python3
 test-hub:
 	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(HUB_TEST_VENV)/bin/python -m pytest -q tests/test_hub_e2e.py \
-	  tests/test_hub_exchange.py tests/test_hub_allot.py tests/test_hub_term.py \
-	  tests/test_hub_services.py $(PYTEST_ARGS)
+	  tests/test_hub_exchange.py tests/test_hub_allot.py tests/test_hub_roster.py \
+	  tests/test_hub_lti.py tests/test_hub_term.py tests/test_hub_services.py $(PYTEST_ARGS)
 
 # A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of
@@ -216,8 +240,18 @@ collect: setup
 autograde: setup sandbox
 	$(GRADING) autograde --module "$(or $(MODULE),*)" --workers $(WORKERS)$(if $(STUDENT), --student "$(STUDENT)")$(if $(ALL), --all)$(if $(UNSAFE), --unsafe)
 
+# FORMAT=canvas or FORMAT=moodle: the CSV that platform's gradebook imports (grades-canvas.csv,
+# grades-moodle.csv), written by nbgrader's own `nbgrader export` with the course's export plugin
+# (parlab.grading.report.canvas, report.moodle: scores less the late penalty, retired students
+# left out; autograder/README.md, "4. export"). Without FORMAT: grades.csv, as always.
+EXPORTER_canvas := parlab.grading.report.canvas.CanvasExport
+EXPORTER_moodle := parlab.grading.report.moodle.MoodleExport
+FORMAT ?=
 export: setup
-	$(GRADING) export --to grades.csv
+	$(if $(FORMAT),@test -n "$(EXPORTER_$(FORMAT))" || { echo "make export FORMAT=$(FORMAT): \
+	  FORMAT is canvas or moodle (or none: grades.csv)"; exit 2; })
+	$(if $(FORMAT),cd autograder && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/nbgrader \
+	  export --exporter=$(EXPORTER_$(FORMAT)) --to "$(CURDIR)/grades-$(FORMAT).csv",$(GRADING) export --to grades.csv)
 
 feedback: setup
 	$(GRADING) feedback --module "$(or $(MODULE),*)"

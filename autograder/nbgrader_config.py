@@ -69,7 +69,7 @@ c.Execute.timeout = 60
 # 2-core grader; a kernel that fails to start loses the whole submission.
 c.Execute.startup_timeout = 120
 
-# --- grading every submission, whatever it does (parlab.grading.execute) -----------------------
+# --- grading every submission, whatever it does (parlab.grading.autograde.execute) ---------
 # nbgrader drops a whole submission whose kernel dies (os._exit, killed for memory) or ignores
 # the interrupt sent on a cell timeout. ResilientExecute records a readable error on that cell,
 # kills the kernel's process tree (ranks included), starts a new kernel, re-runs the cells that
@@ -105,7 +105,8 @@ c.ResilientExecute.submission_timeout = 900
 # A test cell the learner deleted is put back and scored 0 with a message (True: run it).
 c.ResilientExecute.run_restored_tests = False
 # Throughput (autograder/README.md, "Grading a large class"): each nbgrader process forks its
-# kernels from one template that has imported torch and the checks (parlab.grading.warm), and
+# kernels from one template that has imported torch and the checks
+# (parlab.grading.autograde.warm), and
 # no cell after the last graded one runs (cells run in order: nothing there can change a
 # score). Tested: tests/test_warm.py, test_faults.py (the fault corpus, warm), the course run
 # (every module's solutions, warm) and tests/test_class_bench.py (scores equal the plain
@@ -131,14 +132,14 @@ c.ResilientExecute.verify = True
 # notebook (tests/test_verifier.py). To keep a module's notebook verdicts while you look into
 # a difference, list the others here: the one left out is reported "not verified".
 c.ResilientExecute.verify_only = []
-# What one submission may use, all its processes together (parlab.grading.limits); a cell that
-# hits a limit scores 0 with a message naming it.
+# What one submission may use, all its processes together (parlab.grading.autograde.limits);
+# a cell that hits a limit scores 0 with a message naming it.
 c.ResilientExecute.memory_limit = 6 * 2**30  # bytes of memory (module 08 peaks near 4 GiB)
 c.ResilientExecute.process_limit = 1024  # processes and threads at once (08: about 650)
 c.ResilientExecute.file_limit = 256 * 2**20  # bytes of any one file
 c.ResilientExecute.disk_limit = 512 * 2**20  # bytes of each of /tmp, /dev/shm, its folder
-# Output per cell and per notebook (parlab.grading.outputs): past either, the rest is cut off
-# and the cell scores 0 with an OutputLimit error naming the limit.
+# Output per cell and per notebook (parlab.grading.autograde.outputs): past either, the rest
+# is cut off and the cell scores 0 with an OutputLimit error naming the limit.
 c.ResilientExecute.cell_output_limit = 1_000_000
 c.ResilientExecute.notebook_output_limit = 10_000_000
 
@@ -146,10 +147,10 @@ c.ResilientExecute.notebook_output_limit = 10_000_000
 # nbgrader's feedback shows hidden tests, in the cells and in the tracebacks that quote them.
 # HideHiddenTests removes them from both. FeedbackGuard, the exporter, then refuses any page
 # (and any file copied beside it) that still shows a hidden-test line or a solution-only line
-# the student did not write (parlab.grading.leakcheck): nothing of that student's module
+# the student did not write (parlab.grading.feedback.leakcheck): nothing of that student's module
 # feedback is written, and the log names the student, module and line; this holds for the
 # formgrader's button too. `python -m parlab.grading feedback` checks every file again.
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, HideHiddenTests]
-from parlab.grading.leakcheck import FeedbackGuard  # noqa: E402
+from parlab.grading.feedback.leakcheck import FeedbackGuard  # noqa: E402
 
 c.GenerateFeedback.exporter_class = FeedbackGuard

@@ -48,7 +48,7 @@ def unwatched() -> Iterator[None]:
     microseconds a call, which a training job does not pay and which would blur the
     comparison most where a contender makes many calls (a ring's isend/irecv at every step).
     The listeners come back after the block (timeouts still end a hang, unexplained)."""
-    from parlab import comm
+    from parlab.comm import tracer as comm
 
     # parlab.comm has no public way to pause its listeners; its list is read at every call
     listeners = list(comm._listeners)

@@ -14,7 +14,7 @@ run, the notebook's own verdicts without the verifier); then the class, `--stude
 dealt round-robin over the variants, is graded by ONE call of `python -m parlab.grading
 autograde --workers W` (what `make autograde WORKERS=W` runs) with the course's own
 configuration, plus `--ResilientExecute.profile=True` so that each notebook records where its
-time went (parlab.grading.profile).
+time went (parlab.grading.autograde.profile).
 
 Printed: submissions per minute; wall and CPU seconds per phase summed over the class (kernel
 start, imports, answers, tests, demos, replays, kernel shutdown, and "nbgrader" for the rest of
@@ -50,7 +50,7 @@ from parlab.grading import (
     generate_release,
     is_answer_cell,
 )
-from parlab.grading.profile import PHASES
+from parlab.grading.autograde.profile import PHASES
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "bench"
 MODULE = "02_tensor_parallel"

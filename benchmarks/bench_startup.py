@@ -1,10 +1,10 @@
 """How long a grading process takes to start: parlab.grading's import and nbgrader's command
-line, with parlab.grading.startup against without it, side by side in one run.
+line, with parlab.grading.base.startup against without it, side by side in one run.
 
     make bench        or        .venv/bin/python benchmarks/bench_startup.py [--repeats 5]
 
 "Without" imports jsonschema before parlab.grading, which is what a process did before
-parlab.grading.startup declined rfc3987_syntax (jsonschema then loads it and its grammar). The
+parlab.grading.base.startup declined rfc3987_syntax (jsonschema then loads it and its grammar). The
 contenders take turns (benchmarks/_table.py); each sample is a new Python process. Memory:
 the peak RSS of that process (VmHWM, printed by the process as it exits; the largest of its
 samples).
@@ -20,15 +20,15 @@ from _table import Table, interleave, medians, ratio, repeats_option, setting
 
 from parlab.grading import AUTOGRADER_DIR
 
-WITH, WITHOUT = "with parlab.grading.startup", "without (jsonschema imported first)"
+WITH, WITHOUT = "with parlab.grading.base.startup", "without (jsonschema imported first)"
 COMMANDS = {  # what starts -> (with, without): the code a fresh `python -c` runs
     "import parlab.grading": ("import parlab.grading",
                               "import jsonschema, parlab.grading"),
     "nbgrader --version": (
         "import runpy, sys; sys.argv = ['nbgrader', '--version']; "
-        "runpy.run_module('parlab.grading.nbgrader_cli', run_name='__main__')",
+        "runpy.run_module('parlab.grading.base.nbgrader_cli', run_name='__main__')",
         "import jsonschema, runpy, sys; sys.argv = ['nbgrader', '--version']; "
-        "runpy.run_module('parlab.grading.nbgrader_cli', run_name='__main__')"),
+        "runpy.run_module('parlab.grading.base.nbgrader_cli', run_name='__main__')"),
 }
 PEAKS: dict[str, int] = {}
 

@@ -17,7 +17,7 @@
    and the whole check `--budget` seconds: one still running is killed with everything it
    started, and what the budget cannot reach is SKIPPED (which counts as not passed). With one
    GPU the notebooks run with every rank on it over gloo (PARLAB_ONE_GPU=0: gloo takes CUDA
-   tensors for all_reduce and broadcast, the rest go through the host, parlab.comm_staging),
+   tensors for all_reduce and broadcast, the rest go through the host, parlab.comm.staging),
    so the device placement is exercised; the scripts are SKIPPED (they need 4 and 8 GPUs).
 3. One profiler trace per module (`trace_part`, scripts/gpu_check_traces.py): a small job
    of that module's parallelism (module 00's collectives; one training step of

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from parlab.grading import COURSE_DIR, SOLUTIONS_DIR
-from parlab.grading.notebooks import kernel_metadata
+from parlab.grading.base.notebooks import kernel_metadata
 
 
 def notebooks() -> list[Path]:

@@ -1,10 +1,16 @@
-"""Shared fixtures: the repo root, and a check that no rank process outlives a test."""
+"""Shared fixtures: the repo root, a check that no rank process outlives a test, and torchrun
+with a temporary folder of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,6 +91,40 @@ def course_run(tmp_path_factory: pytest.TempPathFactory):
     print(f"\ncourse run: {len(run.run.results)} submissions, {run.run.workers} workers, "
           f"{run.run.seconds:.0f} s autograde, {time.perf_counter() - start:.0f} s in all")
     return run
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """torchrun as a test starts it: `cmd` (the venv's torchrun) with `env` (os.environ and
+    TMPDIR set to `tmp`, a folder of this test's own). torchrun keeps every run's logs in a
+    temporary folder (/tmp/torchelastic_*) it never removes: 19 of them after a day's runs of
+    the suite; in `tmp` they go with it."""
+
+    tmp: Path
+
+    @property
+    def cmd(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "torchrun")]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "TMPDIR": str(self.tmp), **extra}
+
+
+@contextlib.contextmanager
+def torchrun_tmp() -> Iterator[Torchrun]:
+    """A Torchrun whose temporary folder is removed when the block ends."""
+    tmp = Path(tempfile.mkdtemp(prefix="parlab-torchrun-"))
+    try:
+        yield Torchrun(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def torchrun() -> Iterator[Torchrun]:
+    """Every test that starts torchrun takes it from here (tests/test_train_script.py checks)."""
+    with torchrun_tmp() as t:
+        yield t
 
 
 @pytest.fixture(scope="session")

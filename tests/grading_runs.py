@@ -50,9 +50,9 @@ from parlab.grading import (
     grade_id,
     list_modules,
 )
-from parlab.grading.cells import after_last_graded
+from parlab.grading.base.cells import after_last_graded
 from parlab.grading.sandbox import problem as sandbox_problem
-from parlab.scratch import scratch_root
+from parlab.launch.scratch import scratch_root
 
 TESTS_DIR = Path(__file__).resolve().parent
 FIXTURES_DIR = TESTS_DIR / "fixtures"
@@ -72,7 +72,7 @@ CELL_TIMEOUT_S, SUBMISSION_TIMEOUT_S = 15, 120
 FAULT_ARGS = (f"--Execute.timeout={CELL_TIMEOUT_S}",
               f"--ResilientExecute.submission_timeout={SUBMISSION_TIMEOUT_S}",
               # ... and a late penalty (autograder/README.md, "Due dates and late work")
-              "--AssignLatePenalties.plugin_class=parlab.grading.late.PenaltyPerDay",
+              "--AssignLatePenalties.plugin_class=parlab.grading.autograde.late.PenaltyPerDay",
               "--PenaltyPerDay.share_per_day=0.1",
               # ... and limits that fit faultlab (3 ranks at most), so that the entries that
               # exhaust memory and processes reach them in seconds on 2 cores
@@ -130,7 +130,7 @@ def blank_as_graded(root: Path, module: str) -> nbformat.NotebookNode:
 
 def in_tmp() -> set[str]:
     """The course's folders in /tmp: parlab-* and the scratch folders of processes that have
-    ended (parlab.scratch; this process's own live on until it exits)."""
+    ended (parlab.launch.scratch; this process's own live on until it exits)."""
     tmp = Path(tempfile.gettempdir())
     found = {str(p) for p in tmp.glob("parlab-*") if p != scratch_root()}
     return found | {str(p) for p in scratch_root().iterdir()

@@ -41,7 +41,7 @@ from grading_runs import (
 )
 
 from parlab.grading import HideHiddenTests, leftover_processes
-from parlab.grading.leakcheck import file_text, find_secrets, secret_lines
+from parlab.grading.feedback.leakcheck import file_text, find_secrets, secret_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     NO_SANDBOX, reason="no sandbox on this machine (tests/grading_runs.py: NO_SANDBOX)")]
@@ -232,7 +232,7 @@ def test_no_marker_outside_the_sandboxes(fault_run) -> None:
 def test_no_attacker_feedback_shows_a_secret(fault_run) -> None:
     """What each attacker's feedback page shows (its autograded notebook through the
     feedback's HideHiddenTests) holds no hidden-test line and no solution-only line it did
-    not write (parlab.grading.leakcheck's rule); test_instructor.py checks the feedback
+    not write (parlab.grading.feedback.leakcheck's rule); test_instructor.py checks the feedback
     files the instructor's `feedback` writes for the whole class."""
     source = nbformat.read(str(FAULTS_DIR / FAULT_MODULE / f"{FAULT_MODULE}.ipynb"), 4)
     release = nbformat.read(str(fault_run.root / "course" / FAULT_MODULE

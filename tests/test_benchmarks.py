@@ -97,7 +97,7 @@ def test_children_peak_rss_is_the_largest_process_the_call_waited_for():
 
 
 def test_unwatched_pauses_the_comm_listeners_and_restores_them():
-    from parlab import comm
+    from parlab.comm import tracer as comm
 
     heard: list[str] = []
 

@@ -125,17 +125,17 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
-@pytest.fixture
-def lab(tmp_path: Path, no_orphans) -> Lab:
-    root = tmp_path / "course"
-    for module in MODULES:
-        shutil.copytree(ROOT / "course" / module.folder, root / module.folder)
-    shutil.copytree(ROOT / "solutions" / WHOLE, root / WHOLE)  # answered: it runs top to bottom
+def _serve(tmp_path: Path, root: Path, *, learner: bool = False):
+    """JupyterLab on `root`; with `learner`, as `make lab` serves it: the learner's Jupyter
+    configuration (autograder/jupyter/learner/) and the repository root as its working
+    directory (Validate reads ./nbgrader_config.py there)."""
     _write_settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if learner:
+        env["JUPYTER_CONFIG_PATH"] = str(ROOT / "autograder" / "jupyter" / "learner")
     log = tmp_path / "jupyter.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -143,7 +143,8 @@ def lab(tmp_path: Path, no_orphans) -> Lab:
              f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
              f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
              f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", "--allow-root"],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=ROOT if learner else tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(proc, f"{url}/api/status?token={token}", log)
@@ -151,7 +152,37 @@ def lab(tmp_path: Path, no_orphans) -> Lab:
     finally:
         _stop(proc)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, ARTIFACTS / "jupyter.log")
+        shutil.copy(log, ARTIFACTS / ("learner-jupyter.log" if learner else "jupyter.log"))
+
+
+@pytest.fixture
+def lab(tmp_path: Path, no_orphans) -> Lab:
+    root = tmp_path / "course"
+    for module in MODULES:
+        shutil.copytree(ROOT / "course" / module.folder, root / module.folder)
+    shutil.copytree(ROOT / "solutions" / WHOLE, root / WHOLE)  # answered: it runs top to bottom
+    yield from _serve(tmp_path, root)
+
+
+VALIDATED = "00_collectives"
+WRONG_RING = "def ring_allreduce(x):\n    return x.clone()  # sends nothing\n"
+
+
+@pytest.fixture
+def learner_lab(tmp_path: Path, no_orphans) -> Lab:
+    """`make lab`'s server on module 00 cut to its imports, its first answer and that answer's
+    test cell (Validate runs every cell: seconds, not a minute), with a wrong ring all-reduce
+    whose check fails with a 'Likely mistake' line longer than the dialog is wide."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "course" / VALIDATED / f"{VALIDATED}.ipynb", as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    nb.cells[ids.index("ring_allreduce_answer")].source = WRONG_RING
+    nb.cells = [c for c, gid in zip(nb.cells, ids, strict=True)
+                if "imports" in c.metadata.get("tags", []) or gid.startswith("ring_allreduce")]
+    (tmp_path / "course" / VALIDATED).mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "course" / VALIDATED / f"{VALIDATED}.ipynb")
+    yield from _serve(tmp_path, tmp_path / "course", learner=True)
 
 
 # --- the browser -------------------------------------------------------------------------------
@@ -335,3 +366,39 @@ def test_module_07_runs_top_to_bottom_in_chromium(page, lab):
         page.screenshot(path=ARTIFACTS / f"{WHOLE}-failure.png", full_page=True)
         raise
     print(f"{WHOLE}: Run All in {time.perf_counter() - start:.1f} s")
+
+
+@pytest.mark.slow
+def test_validate_shows_progress_and_whole_lines(page, learner_lab):
+    """nbgrader's Validate as a learner meets it (parlab.grading.learner.validate_button): while it
+    runs, a spinner and a line beside the button say what runs and how long it takes; the
+    dialog then shows the failed check's whole message, no line cut off by its width."""
+    from playwright.sync_api import expect
+
+    from parlab.grading.learner.validate_button import RUNNING
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.goto(learner_lab.notebook_url(VALIDATED))
+    button = page.locator(".validate-button")  # nbgrader's jp-button, in a toolbar item
+    expect(button).to_be_visible(timeout=KERNEL_S * 1000)  # Validate needs no kernel here
+    item = page.locator(".jp-Toolbar-item").filter(has=button)
+    try:
+        button.click()
+        expect(button).to_contain_text("Validating...", timeout=30_000)
+        said = item.evaluate("b => getComputedStyle(b, '::after').content")
+        assert said == f'"{RUNNING}"', f"no progress line beside the button: {said}"
+        page.locator(".jp-NotebookPanel-toolbar").screenshot(
+            path=ARTIFACTS / "validate-running.png")
+        dialog = page.locator(".jp-Dialog")
+        expect(dialog).to_be_visible(timeout=KERNEL_S * 1000)
+        dialog.screenshot(path=ARTIFACTS / "validate-dialog.png")
+        blocks = dialog.locator("pre").evaluate_all(
+            "ps => ps.map(p => [p.scrollWidth, p.clientWidth, p.innerText])")
+        text = " ".join(" ".join(b[2] for b in blocks).split())
+        assert "Likely mistake: send chunks to your right neighbour with dist.isend (or " \
+            "dist.send) and receive from the left with dist.irecv (or dist.recv)" in text, text
+        cut = [b for b in blocks if b[0] > b[1]]
+        assert not cut, f"lines wider than the dialog (scrollWidth, clientWidth, text): {cut}"
+    except BaseException:
+        page.screenshot(path=ARTIFACTS / "validate-failure.png", full_page=True)
+        raise

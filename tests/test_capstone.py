@@ -239,10 +239,10 @@ def test_real_bugs_leave_the_tolerance():
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_orphans")
-def test_torchrun_script_checks_itself():
-    torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "4", "scripts/capstone.py",
+def test_torchrun_script_checks_itself(torchrun):
+    cmd = [*torchrun.cmd, "--standalone", "--nproc-per-node", "4", "scripts/capstone.py",
            "--dp", "2", "--tp", "2", "--steps", "3", "--check"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env=torchrun.env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("loss ") == 3 and "OK" in proc.stdout, proc.stdout

@@ -46,7 +46,7 @@ from grading_runs import (
 from nbgrader.utils import parse_utc
 
 from parlab.grading import GradeRun
-from parlab.grading.record import load_record
+from parlab.grading.engines.record import load_record
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 
 from parlab.grading import collect
-from parlab.grading.times import TimesError, load_times, time_in_name
+from parlab.grading.collect.times import TimesError, load_times, time_in_name
 
 IDS = {"m1": ["m1_answer", "m1_test", "m1_more"], "m2": ["m2_answer", "m2_test"]}
 
@@ -149,7 +149,7 @@ def test_times_in_file_names() -> None:
 
 
 def test_the_readme_describes_the_columns_grades_csv_has() -> None:
-    from parlab.grading.export import COLUMNS, STATUSES
+    from parlab.grading.report.export import COLUMNS, STATUSES
 
     readme = (ROOT / "autograder" / "README.md").read_text()
     section = readme[readme.index("### 4. export"):readme.index("### 5. feedback")]
@@ -158,3 +158,44 @@ def test_the_readme_describes_the_columns_grades_csv_has() -> None:
     assert described == COLUMNS, f"README's columns {described}, grades.csv's {COLUMNS}"
     for status in STATUSES:
         assert f"`{status}`" in section, f"the README does not describe the status {status!r}"
+
+
+def test_a_link_or_another_file_beside_a_notebook_gets_its_line(class_inbox,
+                                                                tmp_path: Path) -> None:
+    """Nothing handed in is dropped without a line: beside a student's notebook a symbolic
+    link (to a file of the grader's machine), a dangling one and a readme; in an nbgrader
+    module folder a link to a file, a link to a folder, checkpoints. Links are never followed
+    (the file they point at is not copied: it could be the answers), a dangling one does not
+    stop the collect, and the module folder's own files are still copied."""
+    root, _, _ = class_inbox
+    inbox, secret = tmp_path / "links", tmp_path / "answers.txt"
+    secret.write_text("the answers")
+    (inbox / "amy").mkdir(parents=True)
+    (inbox / "amy" / "m2.ipynb").write_text(_notebook(IDS["m2"]))
+    (inbox / "amy" / "readme.txt").write_text("my notes")
+    (inbox / "amy" / "data.txt").symlink_to(secret)
+    (inbox / "amy" / "gone.txt").symlink_to(tmp_path / "nowhere")
+    module = inbox / "bob" / "m1"
+    (module / ".ipynb_checkpoints").mkdir(parents=True)
+    (module / "m1.ipynb").write_text(_notebook(IDS["m1"]))
+    (module / "helper.py").write_text("x = 1")
+    (module / "weights.txt").symlink_to(secret)
+    (module / "course").symlink_to(root / "course", target_is_directory=True)
+    proc = subprocess.run([sys.executable, "-m", "parlab.grading", "--root", str(root),
+                           "collect", str(inbox)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    left = {ln.split(": ", 1)[0].removeprefix("LEFT OUT "): ln.split(": ", 1)[1]
+            for ln in proc.stdout.splitlines() if ln.startswith("LEFT OUT ")}
+    links = [inbox / "amy" / "data.txt", inbox / "amy" / "gone.txt", module / "weights.txt",
+             module / "course"]
+    assert set(left) == {str(p) for p in [*links, inbox / "amy" / "readme.txt",
+                                          module / ".ipynb_checkpoints"]}, proc.stdout
+    assert all(left[str(p)].startswith("a symbolic link, not followed") for p in links), left
+    assert left[str(inbox / "amy" / "readme.txt")].startswith("not a notebook"), left
+    assert "5 not" not in proc.stdout and "6 other files left out" in proc.stdout, proc.stdout
+    got = root / "submitted" / "bob" / "m1"
+    assert sorted(p.name for p in got.iterdir()) == ["helper.py", "m1.ipynb", "timestamp.txt"]
+    assert (root / "submitted" / "amy" / "m2" / "m2.ipynb").is_file()
+    assert not [p for p in (root / "submitted").rglob("*") if "the answers" in (
+        p.read_text(errors="replace") if p.is_file() else "")], "a link was followed"

@@ -1,5 +1,5 @@
 """Ranks sharing one GPU over gloo (PARLAB_ONE_GPU): calls gloo cannot make on CUDA tensors go
-through the host (parlab.comm_staging), and the learner's own tensors get the results.
+through the host (parlab.comm.staging), and the learner's own tensors get the results.
 
 This machine has no GPU, so the ranks stage their CPU tensors instead (`enable(("cpu",))`):
 the same copies out and back. Each result is checked against its closed form, computed here
@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from parlab import comm_staging
+from parlab.comm import staging as comm_staging
 from parlab.launch import devices, run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks need not import this file

@@ -7,7 +7,9 @@ model in this file), never copied from the function's own output.
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -260,10 +262,68 @@ def test_comm_verdict_text():
 
 
 def test_constants():
-    assert costs.H100_BF16_FLOPS == 1e15
+    # NVIDIA's datasheets print the bf16 Tensor Core rate with 2:4 sparsity, twice the dense one
+    assert costs.H100_BF16_FLOPS == pytest.approx(1978.8e12 / 2)  # Hopper whitepaper: 1978.9
+    assert costs.A100_BF16_FLOPS == 624e12 / 2
+    assert costs.GB200_BF16_FLOPS == 360e15 / 72 / 2  # NVL72: 360 PFLOPS for 72 GPUs
+    assert costs.HGX_B200_BF16_FLOPS == 36e15 / 8 / 2  # HGX B200: 36 PFLOPS for 8 GPUs
+    assert costs.GB200_MEMORY_BYTES == pytest.approx(13.4e12 / 72, rel=1e-3)  # 13.4 TB / 72
+    assert costs.HGX_B200_MEMORY_BYTES == 1440e9 / 8
     assert costs.NVLINK_BIDIR_BYTES_PER_S == 2 * costs.NVLINK_PER_DIRECTION_BYTES_PER_S == 900e9
     assert costs.NIC_400G_BYTES_PER_S == 400e9 / 8
     assert costs.ETHERNET_100G_BYTES_PER_S == 100e9 / 8
+
+
+CARD_LITERALS = re.compile(r"flops\s*=\s*(1e15|989e12|989\.4e12|312e12|2\.5e15|2\.25e15)\b"
+                           r"|memory\s*=\s*(186e9|180e9|192e9)\b")
+
+
+def test_one_constant_per_card():
+    """A card's FLOP/s and memory are typed once, in parlab.costs.hardware; lib/ and the
+    notebooks read them from there (issue 44: 1e15 in one place, 989e12 in another)."""
+    root = Path(__file__).resolve().parents[1]
+    files = [p for p in (root / "lib" / "parlab").rglob("*.py") if p.name != "hardware.py"]
+    files += sorted((root / "solutions").glob("*/*.ipynb"))
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for p in files
+             for m in CARD_LITERALS.finditer(p.read_text())]
+    assert not found, "card figures typed outside parlab.costs.hardware:\n" + "\n".join(found)
+
+
+def test_state_bytes_per_param_by_recipe():
+    # ZeRO's count: bf16 weights and grads, fp32 master, m, v; Megatron --bf16: fp32 main_grad;
+    # torchtitan FSDP2: fp32 sharded weights (the master) and fp32 reduced grads; DeepSeek-V3:
+    # fp32 master and grads, bf16 moments
+    assert costs.state_bytes_per_param() == 2 + 2 + 4 + 4 + 4 == sum(
+        costs.STATE_BYTES_PER_PARAM.values())
+    assert costs.state_bytes_per_param("megatron") == 2 + 4 + 4 + 4 + 4 == 18
+    assert costs.state_bytes_per_param("torchtitan") == 4 + 4 + 4 + 4
+    assert costs.state_bytes_per_param("deepseek_v3") == 4 + 4 + 2 + 2
+    with pytest.raises(ValueError, match="recipe"):
+        costs.state_bytes_per_param("apex")
+
+
+def test_sp_bytes_with_and_without_the_backward_regather():
+    """Korthikanti et al. 4.2.2: only the sequence shard of the LayerNorm output is kept and it
+    is all-gathered again in backward. Counted by hand per layer: forward 2 all-gathers + 2
+    reduce-scatters; backward 2 re-gathers, 2 all-gathers of the output gradient, 2
+    reduce-scatters of the input gradient. Each moves (t-1)/t of a (b, s, h) tensor."""
+    b, s, h, t = 2, 1024, 4096, 8
+    one = (t - 1) / t * b * s * h  # elements one ring all-gather or reduce-scatter sends
+    bf16 = costs.tp_bytes_by_collective(b, s, h, t)
+    assert bf16 == {"all-gather": 6 * one * 2, "reduce-scatter": 4 * one * 2}
+    assert sum(bf16.values()) == pytest.approx(20 * one)  # 20 (t-1)/t bsh bytes
+    kept = costs.tp_bytes_by_collective(b, s, h, t, regather=False)
+    assert sum(kept.values()) == pytest.approx(costs.tp_bytes_per_layer(b, s, h, t))  # 16
+    fp8 = costs.tp_bytes_by_collective(b, s, h, t, precision="fp8")
+    assert fp8 == {"all-gather": 6 * one * 1, "reduce-scatter": 4 * one * 2}  # 14 (t-1)/t bsh
+    # the memory side: the re-gather keeps 4 sbh of LayerNorm outputs as 4 sbh / t; kept
+    # gathered, they stay whole: 4 (t-1)/t sbh more, exactly the bytes the two re-gathers send
+    sp = costs.activation_bytes_per_layer(b, s, h, 32, t, sp=True, keep_scores=False)
+    whole = costs.activation_bytes_per_layer(b, s, h, 32, t, sp=True, keep_scores=False,
+                                             regather=False)
+    assert sp == pytest.approx(34 * s * b * h / t)
+    assert whole == pytest.approx(s * b * h * (4 + 30 / t))
+    assert whole - sp == pytest.approx(sum(bf16.values()) - sum(kept.values()))
 
 
 # --- bad input ------------------------------------------------------------------------------

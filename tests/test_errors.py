@@ -173,9 +173,99 @@ def test_a_stub_reached_by_a_kernel_check_shows_its_own_line_only():
         check_demo(namespace["answer"])
     assert isinstance(info.value, NotWritten)
     lines = info.value._render_traceback_()
-    assert lines[0] == ("NotImplementedError: not written yet, the check reached the stub's "
-                        "raise: Write your answer here"), lines
+    assert lines[0] == "NotImplementedError: not written yet: Write your answer here", lines
     assert any("cell_7.py, line 2, in answer" in ln for ln in lines), lines
     assert not any("parlab" in ln for ln in lines[1:]), lines
     again = pickle.loads(pickle.dumps(info.value))  # it crosses to the verifier and back
     assert str(again) == str(info.value) and again.learner_traceback
+
+
+def test_a_scalar_mismatch_reads_as_got_against_expected():
+    """A 0-d tensor (a loss) is one number: the message says got, expected and the difference,
+    never "1 of 1 entries" or "index ()" (issue 44.4, seen on module 02's exercise 8)."""
+    from parlab.check._compare import assert_close
+
+    for got, want, says in ((2.5, 2.4, "off by +0.1 (4.17% of the expected value"),
+                            (-3.0, 3.0, "got/expected = -1"), (float("nan"), 1.0, "is nan")):
+        with pytest.raises(CheckFailed) as info:
+            assert_close(torch.tensor(got), torch.tensor(want), name="the loss", rank=1)
+        text = str(info.value)
+        assert text.startswith(f"rank 1: the loss is {got:g}, expected {want:.8g}"), text
+        assert says in text and "entries" not in text and "index" not in text, text
+    with pytest.raises(CheckFailed, match=r"1 of 3 entries; worst at index \(2,\)"):
+        assert_close(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 2.0, 3.0]), name="y")
+
+
+def _stub_cell() -> dict:
+    """A release's answer cell, as a kernel compiles it (cloudpickle ships it by value)."""
+    source = "def answer(x):\n    raise NotImplementedError('Write your answer here')\n"
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(source, "/tmp/ipykernel_0/cell_7.py", "exec"), namespace)
+    return namespace
+
+
+def _calls_answer(fn):
+    return call_learner("your answer", fn, torch.ones(2))
+
+
+def test_a_stub_reached_on_every_rank_reads_as_the_kernels():
+    """An unwritten answer checked on several ranks (every rank raised the stub on its own)
+    reads as the one checked in the kernel: 'not written yet' and the stub's line, not a
+    RankError naming one rank and the others as 'most likely a consequence'."""
+    from parlab.check import exercise, run_checked
+
+    @exercise("stub_in_kernel")
+    def check_in_kernel(fn):
+        return call_learner("your answer", fn, torch.ones(2))
+
+    @exercise("stub_on_ranks")
+    def check_on_ranks(fn):
+        return run_checked(_calls_answer, 3, fn, what="your answer", hang_hint="-")
+
+    answer = _stub_cell()["answer"]
+    with pytest.raises(NotImplementedError) as kernel:
+        check_in_kernel(answer)
+    with pytest.raises(RankError) as ranks:
+        check_on_ranks(answer)
+    assert ranks.value.unwritten and ranks.value.exc_type == "NotImplementedError"
+    kernel_lines = kernel.value._render_traceback_()
+    rank_lines = ranks.value._render_traceback_()
+    # the same message and the stub's line (the check's frames differ: this file counts as
+    # the learner's here, as a cell would)
+    assert rank_lines[0] == kernel_lines[0] == (
+        "NotImplementedError: not written yet: Write your answer here"), rank_lines
+    assert rank_lines[-1] == kernel_lines[-1], (rank_lines, kernel_lines)
+    assert "cell_7.py, line 2, in answer" in rank_lines[-1]
+    assert not any("rank" in ln for ln in rank_lines), rank_lines
+
+
+def _module_without_forward():
+    return torch.nn.Module()(torch.ones(2))  # torch raises NotImplementedError: no forward
+
+
+def test_torchs_own_not_implemented_error_is_not_a_stub():
+    """A NotImplementedError raised inside torch (here: a module without forward) is a mistake
+    to report, not an unwritten answer: a CheckFailed in the kernel, a RankError on ranks."""
+    with pytest.raises(CheckFailed) as kernel:
+        call_learner("your layer", torch.nn.Module(), torch.ones(2))
+    assert "your layer raised NotImplementedError" in str(kernel.value)
+    with pytest.raises(RankError) as ranks:
+        run(_module_without_forward, 2)
+    assert not ranks.value.unwritten
+    assert ranks.value._render_traceback_()[0].startswith(
+        "RankError: rank ")
+    assert "raised NotImplementedError: Module [Module] is missing" in ranks.value.head
+
+
+def test_a_stub_is_the_learners_own_raise():
+    """stub_raised: the innermost frame is the learner's and its line a raise (or unknown, as
+    for code run from its text); a NotImplementedError torch raises from a learner's line
+    (an op the device lacks) is not a stub."""
+    from parlab.errors import stub_raised
+
+    cell = '  File "/tmp/ipykernel_1/2.py", line 3, in answer\n    {}\n'
+    assert stub_raised(cell.format('raise NotImplementedError("Write your answer here")'))
+    assert not stub_raised(cell.format("y = x.to_sparse() @ w"))
+    assert stub_raised('  File "<answer cell>", line 3, in answer\n')
+    assert not stub_raised(f'  File "{torch.__file__}", line 9, in f\n    raise X\n')
+    assert not stub_raised("")

@@ -1,4 +1,4 @@
-"""No feedback file shows what the release hides (parlab.grading.leakcheck).
+"""No feedback file shows what the release hides (parlab.grading.feedback.leakcheck).
 
 A small course (one module "m": a code answer, a written answer, a test with a hidden part)
 is laid out in a temporary root, with autograded notebooks built with nbformat (no kernel):
@@ -28,11 +28,20 @@ from nbgrader.utils import capture_log
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from parlab.grading import feedback, withhold
-from parlab.grading.cells import grade_id, is_answer_cell
-from parlab.grading.fake import fake_submission
-from parlab.grading.feedback import PLACEHOLDER, HideHiddenTests
-from parlab.grading.leakcheck import (
+from parlab.grading.base.cells import grade_id, is_answer_cell
+from parlab.grading.base.paths import (
+    AUTOGRADER_DIR,
+    COURSE_DIR,
+    REPO_ROOT,
+    SOLUTIONS_DIR,
+    list_modules,
+)
+from parlab.grading.base.runner import NbgraderError, NbgraderRun
+from parlab.grading.collect.fake import fake_submission
+from parlab.grading.feedback import hidden as feedback
+from parlab.grading.feedback import withhold
+from parlab.grading.feedback.hidden import PLACEHOLDER, HideHiddenTests
+from parlab.grading.feedback.leakcheck import (
     FeedbackGuard,
     FeedbackWithheld,
     scan_feedback,
@@ -40,8 +49,6 @@ from parlab.grading.leakcheck import (
     solution_only_lines,
     withheld_in_log,
 )
-from parlab.grading.paths import AUTOGRADER_DIR, COURSE_DIR, REPO_ROOT, SOLUTIONS_DIR, list_modules
-from parlab.grading.runner import NbgraderError, NbgraderRun
 
 ANSWER = "return x * 41 + 1"
 WRITTEN = "The ring moves 2(p-1)/p of the data per rank."
@@ -102,7 +109,7 @@ def course(tmp_path: Path) -> Path:
         nbformat.write(nb, str(tmp_path / folder / "m.ipynb"))
     (tmp_path / "autograded/erin/m/notes.txt").write_text(f"model answer: {WRITTEN}\n")
     # frank handed in a notebook nbgrader could not read: graded as the release, his raw
-    # text kept beside it (parlab.grading.parallel) and so copied into his feedback folder
+    # text kept beside it (parlab.grading.engines.share) and so copied into his feedback folder
     raw = nbformat.writes(_graded(f"def f(x):\n    {ANSWER}"))[:-40]
     for folder in ("submitted/frank/m", "autograded/frank/m"):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)

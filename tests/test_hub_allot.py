@@ -223,6 +223,11 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
     assert c.Spawner.cmd[3].endswith("jupyterhub-singleuser")
     assert c.Spawner.mem_limit == "16G" and c.Spawner.cpu_limit == 4.0
     assert c.JupyterHub.cleanup_servers is True            # stopping the hub stops servers
+    # every file the hub writes is in its run folder, none in the repository it starts in
+    run = tmp_path / "run"
+    assert c.ConfigurableHTTPProxy.pid_file == str(run / "jupyterhub-proxy.pid")
+    assert c.JupyterHub.db_url == f"sqlite:///{run / 'jupyterhub.sqlite'}"
+    assert Path(c.JupyterHub.cookie_secret_file).parent == run
     services = {s["name"]: s for s in c.JupyterHub.services}
     assert "jupyterhub_idle_culler" in services["idle-culler"]["command"]
     assert "--timeout=3600" in services["idle-culler"]["command"]

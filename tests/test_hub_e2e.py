@@ -318,7 +318,8 @@ def test_an_idle_server_is_culled_and_its_gpus_go_back(tmp_path):
 
 def test_make_hub_serves_the_class_as_the_readme_says(tmp_path):
     """The README's command itself, `make hub` with PARLAB_HUB_ settings given to make: it
-    prints where to log in and the passwords, answers there, and Ctrl-C (SIGINT to its
+    prints where to log in and the passwords, answers there (writing nothing into the
+    repository: the proxy's pid file is in its run folder), and Ctrl-C (SIGINT to its
     process group, as a terminal sends it) leaves no process behind."""
     port, run = free_ports(3), tmp_path / "run"
     venv = os.path.relpath(BIN.parent, ROOT)
@@ -333,6 +334,9 @@ def test_make_hub_serves_the_class_as_the_readme_says(tmp_path):
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(base + "/hub/login", timeout=5) as page:
                     assert page.status == 200 and b"password" in page.read().lower()
+                    # the proxy's pid file is in the hub's run folder, not the repository
+                    assert (run / "jupyterhub-proxy.pid").is_file()
+                    assert not (ROOT / "jupyterhub-proxy.pid").exists()
                     break
             time.sleep(0.5)
         else:

@@ -41,8 +41,8 @@ from conftest import ROOT
 from test_hub_e2e import ARTIFACTS, CHROMIUM, Hub, held, logged_in, running_hub
 from unix_accounts import unix_users
 
-from parlab.grading.fake import fake_submission
-from parlab.grading.runner import generate_release
+from parlab.grading.base.runner import generate_release
+from parlab.grading.collect.fake import fake_submission
 from parlab.grading.sandbox import problem as sandbox_problem
 from parlab.hub.private import HIDDEN, INSTRUCTOR_FOLDERS
 

@@ -267,7 +267,7 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
     """Asked first; then archived, and everything of the learners' gone but the kept names."""
     learners = {u: pwd.getpwnam(u).pw_uid for u in (ANN, BEN, CY)}
     theirs = []
-    for user, uid in learners.items():      # what their kernels leave (parlab.scratch, Python)
+    for user, uid in learners.items():  # what kernels leave (parlab.launch.scratch, Python)
         for path in (Path(tempfile.gettempdir()) / f"parlab-scratch-{uid}",
                      Path("/dev/shm") / f"plta-torch-{uid}"):
             path.mkdir()

@@ -25,7 +25,7 @@ from conftest import ROOT
 from grading_runs import FAULT_ARGS, FAULT_MODULE, FAULTS_DIR, expected_class, instructor
 
 from parlab.grading import GradeRun, distinctive_hidden_lines, leaks, run_nbgrader
-from parlab.grading.export import COLUMNS
+from parlab.grading.report.export import COLUMNS
 
 pytestmark = pytest.mark.slow
 REGRADED = "fault-rank-raises"
@@ -119,7 +119,7 @@ def test_nbgrader_default_feedback_would_leak(workflow) -> None:
                  '--GenerateFeedback.preprocessors=["nbgrader.preprocessors.GetGrades",'
                  '"nbconvert.preprocessors.CSSHTMLHeaderPreprocessor"]',
                  # and nbconvert's own exporter, not the course's FeedbackGuard, which would
-                 # refuse to write the leaking page (parlab.grading.leakcheck)
+                 # refuse to write the leaking page (parlab.grading.feedback.leakcheck)
                  "--GenerateFeedback.exporter_class=nbconvert.exporters.HTMLExporter",
                  root=workflow["root"])
     html = workflow["root"] / "raw" / student / FAULT_MODULE / f"{FAULT_MODULE}.html"

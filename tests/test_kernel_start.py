@@ -15,7 +15,7 @@ SCRIPT = r"""
 import json, sys
 import nbformat
 from jupyter_client.manager import AsyncKernelManager
-from parlab.grading.execute import ResilientExecute
+from parlab.grading.autograde.execute import ResilientExecute
 
 class DiesAtLaunch(AsyncKernelManager):
     launches = 0

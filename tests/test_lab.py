@@ -4,7 +4,9 @@
   compares (deep equality) on opening and otherwise writes, marking the notebook modified.
 - `make lab`: nbgrader's Validate is served, nothing an instructor uses is (no formgrader, no
   Assignment or Course list, whose lab plugins are disabled with Create Assignment and the
-  nbgrader menu), and the news pop-up's plugin is off.
+  nbgrader menu), and the news pop-up's plugin is off. Validate's reply is wrapped to fit its
+  dialog and its button shows progress (parlab.grading.learner.validate_button: the text here, the
+  dialog and the button in Chromium in tests/test_browser.py).
 - `make formgrader` serves the formgrader on a course root (here the graded class of
   tests/grading_runs.py); its "Generate Feedback" (the formgrader API call the button makes)
   writes feedback through the course's configuration: the hidden-test placeholder is there
@@ -14,8 +16,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,11 +35,13 @@ from conftest import ROOT
 from grading_runs import FAULT_MODULE, FAULTS_DIR
 
 from parlab.grading import COURSE_DIR, SOLUTIONS_DIR, distinctive_hidden_lines, leaks
-from parlab.grading.feedback import PLACEHOLDER
-from parlab.grading.notebooks import kernel_metadata
+from parlab.grading.base.notebooks import kernel_metadata
+from parlab.grading.feedback.hidden import PLACEHOLDER
+from parlab.grading.learner.validate_button import CUSTOM_CSS, RUNNING, WIDTH, readable
 
 TOKEN = "parlab-test-token"
 PROBE = "fault-hidden-test-fails"  # the class member whose failing test quotes a hidden line
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def test_notebooks_store_what_the_kernel_reports() -> None:
@@ -119,6 +125,7 @@ def test_make_lab_serves_validate_and_nothing_an_instructor_uses(tmp_path: Path)
         for path in ("/formgrader", "/assignments", "/courses"):
             assert _get(server.port, path)[0] == 404, f"{path} is served to learners"
         config = _page_config(_get(server.port, "/lab")[1])
+        css = _get(server.port, "/custom/custom.css")[1]
     finally:
         server.stop()
     disabled = set(config["disabledExtensions"])
@@ -127,6 +134,30 @@ def test_make_lab_serves_validate_and_nothing_an_instructor_uses(tmp_path: Path)
     assert "@jupyter/nbgrader:validate-assignment" not in disabled
     assert "@jupyterlab/apputils-extension:announcements" in disabled, "the news pop-up is on"
     assert config.get("news", {}).get("disabled") is True
+    assert RUNNING in css, "no progress line for Validate in the learner's custom CSS"
+
+
+def test_validate_reply_fits_its_dialog() -> None:
+    """What Validate's dialog shows (nbgrader's reply, through parlab's handler): every line of
+    a failed cell's source and error at most WIDTH columns (the dialog cuts what is wider),
+    no word lost, the error as HTML-escaped text; the validator's own failure likewise."""
+    hint = ("Likely mistake: send chunks to your right neighbour with dist.isend (or "
+            "dist.send) and receive from the left with dist.irecv (or dist.recv) <here>")
+    source = "check_ring_allreduce(ring_allreduce, world_size=3, numel=100, seed=5, quiet=True)" \
+        "  # uneven chunks"
+    raw = f"\x1b[0;31mCheckFailed\x1b[0m: rank 0: ring_allreduce sent nothing\n{hint}"
+    reply = {"success": True, "value": {"failed": [
+        {"source": source, "error": "<span>ansi html</span>", "raw_error": raw}]}}
+    cell = readable(reply)["value"]["failed"][0]
+    for text in (cell["source"], cell["raw_error"]):
+        assert all(len(line) <= WIDTH for line in text.split("\n")), text
+    assert cell["source"].split() == source.split()
+    assert cell["raw_error"].split() == ANSI.sub("", raw).split()
+    assert cell["raw_error"].split("\n")[2].startswith("    dist.send)"), cell["raw_error"]
+    assert cell["error"] == html.escape(cell["raw_error"]) and "&lt;here&gt;" in cell["error"]
+    assert f'content: "{RUNNING}"' in CUSTOM_CSS.read_text(), "the button's line is not RUNNING"
+    broken = readable({"success": False, "value": "Traceback ...\n" + "x" * 200})
+    assert not broken["success"] and max(map(len, broken["value"].split("\n"))) <= WIDTH
 
 
 def _hidden() -> set[str]:

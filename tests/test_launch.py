@@ -453,3 +453,54 @@ def test_collectives_over_crossed_groups_stop_as_soon_as_the_deadlock_is_certain
     text = str(info.value)
     assert "deadlock" in text and "rank 0 waits in all_reduce over ranks [0, 1]" in text, text
     assert "rank 1 waits in all_reduce over ranks [0, 1, 2, 3]" in text, text  # its async wait
+
+
+@pytest.mark.slow
+def test_a_kernel_that_ran_ranks_exits_on_its_own_and_leaves_nothing(tmp_path):
+    """A Jupyter kernel (jupyter_client, as JupyterLab starts one) runs a 2-rank `run`, then is
+    shut down the way JupyterLab does it (a shutdown request; SIGTERM after half of
+    `shutdown_wait_time`, 2.5 s): it exits on its own (status 0, not killed), its forkserver
+    and resource tracker end with it, and its /tmp (TMPDIR) is empty: no pymp-* folder, no
+    scratch folder (parlab.launch.shutdown; before it, SIGTERM after 2.6 s, both left)."""
+    from conftest import descendants
+    from jupyter_client.manager import start_new_kernel
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ, TMPDIR=str(tmp)))
+    kernel = km.provisioner.process
+    try:
+        reply = kc.execute_interactive(textwrap.dedent("""
+            import torch, torch.distributed as dist
+            from parlab.launch import run
+            def total():
+                x = torch.ones(1) * (dist.get_rank() + 1)
+                dist.all_reduce(x)
+                return x.item()
+            assert run(total, 2) == [3.0, 3.0]
+        """), timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        helpers = descendants(kernel.pid)
+        assert len(helpers) == 2, f"the forkserver and the resource tracker: {helpers}"
+        assert list(tmp.iterdir()), "the run left nothing in TMPDIR while running (premise)"
+    finally:
+        kc.stop_channels()
+        start = time.perf_counter()
+        km.shutdown_kernel(now=False)  # the default shutdown_wait_time, 5 s
+    took = time.perf_counter() - start
+    assert kernel.returncode == 0, f"the kernel was killed ({kernel.returncode}) after {took:.1f} s"
+    alive = [p for p in helpers if os.path.exists(f"/proc/{p}")]
+    assert not alive, f"helpers outlived the kernel: {alive}"
+    assert not list(tmp.rglob("*")), f"left in /tmp: {sorted(map(str, tmp.rglob('*')))}"
+    print(f"kernel exited in {took:.2f} s")
+
+
+def test_without_a_forkserver_run_says_where_the_course_runs(monkeypatch):
+    """Native Windows has no forkserver (multiprocessing's start methods there: spawn only):
+    run() says which platforms work and that Windows takes WSL 2, before starting anything."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    with pytest.raises(RuntimeError, match="native Windows does not: on Windows, run the course "
+                       "in WSL 2"):
+        run(rank_sum, 2, 1.0)

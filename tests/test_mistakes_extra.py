@@ -18,6 +18,7 @@ from parlab.check import composition as compcheck
 from parlab.check import cp as cpcheck
 from parlab.check import pp as ppcheck
 from parlab.check._harness import CHECK_TIMEOUT_S
+from parlab.check.moe.ep_hints import varied
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
@@ -139,6 +140,33 @@ def test_ep_capacity_says_when_keep_mask_failed():
     with pytest.raises(CheckFailed, match=r"builds on your expert_capacity and keep_mask "
                                           r"\(exercise 2\), which failed its own test above"):
         table.checks["check_ep_capacity"](ns, 2)
+
+
+OFF_EVERYWHERE = """
+_right_ep_moe = ep_moe  # noqa: F821
+
+
+def ep_moe(x, gates, experts, shard):
+    return _right_ep_moe(x, gates, experts, shard) + 1e-3 * x  # wrong at every size
+"""
+
+
+def test_ep_hint_names_what_differs_only_when_the_base_passed():
+    """A check at 3 experts per rank used to say 'the experts per rank are shard.local' for
+    any wrong answer there (issue 44.2: a cause it did not establish). It runs 2 experts per
+    rank first: an answer wrong at every size fails there, with no word about shard.local;
+    one right at 2 and wrong at 3 is told so, and where both the experts per rank and k
+    differ from the base, both are named."""
+    table = moe.TABLE
+    ns = table.namespace(OFF_EVERYWHERE)
+    with pytest.raises(CheckFailed) as info:
+        table.checks["check_ep_moe_three_per_rank"](ns, 3)
+    message = str(info.value)
+    assert "9 experts" not in message and "(6 experts, 2 per rank)" in message, message
+    assert "shard.local" not in message and "follow one token" in message, message
+    both = varied(3, 3)
+    assert "right with 2 experts per rank, wrong with 3" in both and "take k from" in both
+    assert "either" in both, both
 
 
 # --- 07 composition -------------------------------------------------------------------------

@@ -72,7 +72,12 @@ def test_data_parallel_sizes_deepseek_v3_and_expert_tp():
     sizes = data_parallel_sizes(64, pp=2, tp=4, ep=8, expert_tp=1)  # ETP x EP x EDP x PP = 64
     assert (sizes["expert_dp"], sizes["dp"]) == (4, 8)
     assert data_parallel_sizes(64, pp=2, tp=4, cp=2, ep=4)["dense_replicas"] == 8
-    with pytest.raises(ValueError, match="does not divide the data-parallel size"):
+    # MoE parallel folding: 16 GPUs, attention TP 4 x DP 4, experts EP 8 x ETP 1 x EDP 2 (EP
+    # folded over TP as well as DP): a valid Megatron-Core layout, not this course's grid
+    folded = data_parallel_sizes(16, tp=4, ep=8, expert_tp=1)
+    assert folded == {"dp": 4, "dense_replicas": 4, "expert_dp": 2, "course_dp": None}
+    assert data_parallel_sizes(32, tp=2, cp=2, ep=16, expert_tp=1)["expert_dp"] == 2  # over CP
+    with pytest.raises(ValueError, match="EP × ETP = 12 must divide world/pp"):
         data_parallel_sizes(16, tp=4, ep=3)
     with pytest.raises(ValueError, match="does not divide world"):
         data_parallel_sizes(12, pp=5)

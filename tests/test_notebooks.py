@@ -41,7 +41,8 @@ UNANSWERED_BOUND_S = 300
 NOT_READABLE = {"CellTimeoutError", "DeadKernelError", "KeyboardInterrupt", "TimeoutError",
                 "CollectiveTimeout", "KernelDied", "KernelUnresponsive", "SubmissionTimeLimit",
                 "NotRun", "InvalidNotebook", "TestCellDeleted"}
-# Errors of any cell that mean the notebook did not run to the end (parlab.grading.execute).
+# Errors of any cell that mean the notebook did not run to the end
+# (parlab.grading.autograde.execute).
 STUCK = {"CellTimeoutError", "DeadKernelError", "KernelDied", "KernelUnresponsive",
          "SubmissionTimeLimit", "NotRun"}
 NO_MODULES = "{} has no module yet (remove once module 00 lands)"
@@ -107,5 +108,5 @@ def test_b_blank_release_fails_every_test_readably(course_run, module: str) -> N
 
 def test_the_course_run_leaves_nothing_in_tmp(course_run) -> None:
     """Every notebook of the course, answered and blank, ran and its kernel stopped: none of
-    their traces, checkpoints or runs is left in /tmp (parlab.scratch), nor the grader's."""
+    their traces, checkpoints or runs is left in /tmp (parlab.launch.scratch), nor the grader's."""
     assert not course_run.left_in_tmp, f"left in /tmp: {course_run.left_in_tmp[:10]}"

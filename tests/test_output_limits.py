@@ -1,4 +1,5 @@
-"""Output limits (parlab.grading.outputs): a cell that prints too much is cut off and scores 0.
+"""Output limits (parlab.grading.autograde.outputs): a cell that prints too much is cut off and
+scores 0.
 
 Small notebooks run through ResilientExecute with a real kernel, with limits small enough to
 pass in a second: many small prints, one huge string, a flood of flushed one-byte prints, and
@@ -13,8 +14,8 @@ import nbformat
 import pytest
 
 from parlab.grading import has_error
-from parlab.grading.execute import ResilientExecute
-from parlab.grading.outputs import OVERHEAD
+from parlab.grading.autograde.execute import ResilientExecute
+from parlab.grading.autograde.outputs import OVERHEAD
 
 CELL_LIMIT = 10_000
 NOTEBOOK_LIMIT = 25_000

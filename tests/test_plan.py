@@ -54,7 +54,9 @@ def test_70b_tp8_inside_a_node_dp4_across_nodes():
     assert (dp.nodes, dp.link, dp.bandwidth) == (4, "InfiniBand", 50e9)
     m = 1024 // 4
     assert p.microbatches == m
-    per_layer = 4 * 2 * 7 / 8 * (4096 * 8192 * 2)  # 4 ring all-reduces of b·s·h bf16
+    # TP + SP as Megatron runs it: 6 ring all-gathers (2 of them the backward's re-gathers of
+    # the LayerNorm outputs) and 4 ring reduce-scatters of b·s·h bf16, each (t-1)/t of it
+    per_layer = (6 + 4) * 7 / 8 * (4096 * 8192 * 2)
     assert tp.nbytes == pytest.approx(m * 80 * per_layer)
     assert tp.seconds == pytest.approx(tp.nbytes / 450e9)
     assert dp.nbytes == pytest.approx(2 * 3 / 4 * 2 * 70e9 / 8)  # one all-reduce of bf16 grads
@@ -95,12 +97,36 @@ def test_practice_problem_2():
     assert per_layer == 896 * 2**20  # 4 × 224 MiB: the worked answer's "~896 MB"
     p = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=40)
     assert p.microbatches == 40
-    assert p.axis("tp").nbytes == pytest.approx(40 * 1 * per_layer)  # 1 layer per stage
-    # ~2.1 ms a layer at 450 GB/s each way; the worked answer's ~1.0 ms divides by 900 GB/s
-    assert p.axis("tp").seconds / 40 == pytest.approx(2.1e-3, rel=0.01)
+    # the planner's TP + SP re-gathers the LayerNorm outputs in backward: 10 of the 8 (t-1)/t
+    # collectives' worth, 1120 MiB a layer; without the re-gather, the worked answer's 896
+    assert p.axis("tp").nbytes == pytest.approx(40 * 1 * per_layer * 10 / 8)  # 1 layer a stage
+    kept = plan.axis_bytes(model, plan.Shape(1, 8, 1, 1, 8), strategy="ddp", micro_batch=1,
+                           microbatches=40, regather=False)
+    assert kept["tp"] == pytest.approx(40 * per_layer)
+    # ~2.6 ms a layer at 450 GB/s each way (2.1 ms without the re-gathers); the worked
+    # answer's ~1.0 ms divides 896 MiB by 900 GB/s
+    assert p.axis("tp").seconds / 40 == pytest.approx(1120 * 2**20 / 450e9)
     assert p.bubble == pytest.approx(7 / 47) and p.bubble <= 0.15
     fewer = plan.evaluate(model, cluster, dp=1, tp=8, pp=8, global_batch=39)
     assert fewer.bubble == pytest.approx(7 / 46) and fewer.bubble > 0.15
+
+
+def test_sp_that_keeps_its_gathered_inputs_trades_bytes_for_memory():
+    """regather=False: the QKV and fc1 GEMMs keep the gathered LayerNorm outputs (4 sbh in bf16,
+    whole) instead of their shards (4 sbh / t) and skip the backward's two re-gathers: plain
+    TP's 16 (t-1)/t bsh instead of 20, and 4 (t-1)/t sbh more a layer and micro-batch held."""
+    model = Model("h8192", 8 * 12 * 8192**2, layers=8, hidden=8192, heads=64, seq=8192)
+    cluster = Cluster("64 H100", gpus=64, gpus_per_node=8, memory=80e9, intra_bw=450e9,
+                      inter_bw=50e9, flops=1e15)
+    one = {"dp": 1, "tp": 8, "pp": 8, "global_batch": 40, "recompute": "selective"}
+    megatron = plan.evaluate(model, cluster, **one)
+    kept = plan.evaluate(model, cluster, **one, regather=False)
+    sbh, t = 8192 * 8192, 8
+    assert kept.axis("tp").nbytes == pytest.approx(megatron.axis("tp").nbytes * 16 / 20)
+    # the first stage holds min(p, m) = 8 micro-batches of its one layer
+    extra = kept.memory["activations"] - megatron.memory["activations"]
+    assert extra == pytest.approx(8 * 1 * 4 * (t - 1) / t * sbh)
+    assert megatron.memory["activations"] == pytest.approx(8 * 34 * sbh / t)
 
 
 # --- published configurations -------------------------------------------------------------------
@@ -256,7 +282,8 @@ def test_axis_table_has_one_scope_forward_and_backward():
     h, s, b, t = 8192, 4096, 1, 8
     act = b * s * h * 2  # one bf16 (b, s, h) activation
     rows = {r.axis: r.nbytes for r in plan.axis_rows(h, s, heads=64, ranks=t)}
-    assert rows["TP"] == pytest.approx(4 * 2 * (t - 1) / t * act)  # 4 ring all-reduces
+    # TP + SP: 6 ring all-gathers (2 the backward's re-gathers) and 4 ring reduce-scatters
+    assert rows["TP"] == pytest.approx((6 + 4) * (t - 1) / t * act)
     assert rows["PP"] == pytest.approx(2 * act)  # activation forward, gradient backward
     assert rows["DP"] == pytest.approx(2 * (t - 1) / t * 12 * h * h * 2)  # bf16 gradients
     # ring attention: K and V (act / c each) pass c - 1 hops forward; backward K and V again
@@ -266,7 +293,7 @@ def test_axis_table_has_one_scope_forward_and_backward():
     buffer = 64 * 128 * h * 2
     assert rows["EP"] == pytest.approx(2 * 2 * (t - 1) / t * buffer)  # 2 all-to-alls, fwd+bwd
     table = plan.axis_table(h, s, heads=64, ranks=t)
-    assert table.count("\n") == 6 and "| TP |" in table and "448 |" in table
+    assert table.count("\n") == 6 and "| TP |" in table and "560 |" in table
 
 
 def test_placement_table_prices_the_groups_the_given_function_counts():

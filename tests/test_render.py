@@ -1,7 +1,8 @@
 """What a learner sees in a notebook when a check fails: the message, and their own code only.
 
 Module 02's released notebook runs in a real kernel (nbclient) up to its first test cell, with
-the blank answer (the stub raises NotImplementedError in the ranks); then the answer cell is
+the blank answer (the stub raises NotImplementedError in the ranks: it reads "not written
+yet", as a stub reached in the kernel does, not as one rank's error); then the answer cell is
 replaced by a wrong f (its backward forgets the all-reduce) and the test cell runs again. Each
 failing test cell's error output must be at most 15 lines, name the learner's cell the way
 IPython does ("Cell In[n]") or carry the "Likely mistake" line, and show no frame of parlab,
@@ -63,7 +64,10 @@ def test_a_failing_test_cell_shows_the_message_and_the_learners_cell(failing_out
         assert len(lines) <= 15, f"{len(lines)} lines:\n{text}"
         assert "parlab/" not in text and "site-packages" not in text, text
         assert "Traceback (most recent call last)" not in text, text
-    assert stub[0].startswith("RankError: rank ") and "NotImplementedError" in stub[0]
+    # every rank reached the stub: it reads as a stub in the kernel does, no rank named
+    assert stub[0] == ("NotImplementedError: not written yet: Write your answer here, then run "
+                       "the test cell below."), stub
+    assert not any("rank" in ln for ln in stub), stub
     assert any(re.match(r"\s+Cell In\[\d+\], line \d+, in forward", ln) for ln in stub), stub
     assert any("raise NotImplementedError" in ln for ln in stub), stub
     assert wrong[0].startswith("CheckFailed: rank ")

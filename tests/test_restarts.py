@@ -20,12 +20,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, descendants
+from conftest import ROOT, Torchrun, descendants
 
 from parlab.compose import Plan, train
 from parlab.launch import run
@@ -70,17 +69,16 @@ def _wait(until, deadline: float, what: str, proc: subprocess.Popen, log: Path):
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()}")
 
 
-def _torchrun(tmp: Path, restarts: int, kills, timeout: float, *,
+def _torchrun(torchrun: Torchrun, tmp: Path, restarts: int, kills, timeout: float, *,
               nproc: int = 4) -> tuple[int, str, list[int]]:
     """Run the script under torchrun, calling each kill(proc, ckpt, log, deadline) in turn
     (each returns the progress at its kill); (exit code, output, progress at each kill).
     The process group is killed whatever happens."""
     ckpt, log = tmp / "ckpt", tmp / "torchrun.log"
-    torchrun = Path(sys.executable).parent / "torchrun"
-    cmd = [str(torchrun), "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
+    cmd = [*torchrun.cmd, "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
            str(restarts), str(SCRIPT), *ARGS, "--save", str(ckpt), "--save-interval",
            str(INTERVAL), "--load", str(ckpt)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = torchrun.env(PYTHONUNBUFFERED="1")
     deadline = time.monotonic() + timeout
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -125,9 +123,10 @@ def losses_of(output: str) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_a_killed_rank_costs_the_steps_since_the_last_checkpoint(tmp_path):
+def test_a_killed_rank_costs_the_steps_since_the_last_checkpoint(torchrun, tmp_path):
     start = time.perf_counter()
-    code, output, (killed_at,) = _torchrun(tmp_path, 1, [kill_rank1_after(KILL_AFTER)], 240)
+    code, output, (killed_at,) = _torchrun(torchrun, tmp_path, 1, [kill_rank1_after(KILL_AFTER)],
+                                           240)
     print(f"one kill, --max-restarts 1: {time.perf_counter() - start:.0f} s\n{output}")
     assert code == 0, output
     assert "restart 1 of 1 (torchrun --max-restarts): the last one" in output, output
@@ -150,9 +149,9 @@ def test_a_killed_rank_costs_the_steps_since_the_last_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_more_failures_than_restarts_end_the_run(tmp_path):
+def test_more_failures_than_restarts_end_the_run(torchrun, tmp_path):
     start = time.perf_counter()
-    code, output, _ = _torchrun(tmp_path, 1, [kill_rank1_after(1), kill_rank1_on_restart],
+    code, output, _ = _torchrun(torchrun, tmp_path, 1, [kill_rank1_after(1), kill_rank1_on_restart],
                                 120, nproc=2)  # TP 2 on 2 processes: two starts, kept short
     print(f"two kills, --max-restarts 1: exit {code} in {time.perf_counter() - start:.0f} s")
     assert code != 0, output

@@ -24,7 +24,8 @@ import nbformat
 import pytest
 from grading_runs import FIXTURES_DIR, NO_SANDBOX, _submit, full_answers
 
-from parlab.grading import REPO_ROOT, ResilientExecute, generate_release, kernels
+from parlab.grading import REPO_ROOT, ResilientExecute, generate_release
+from parlab.grading.autograde import kernels
 from parlab.grading.sandbox import problem
 
 pytestmark = pytest.mark.skipif(NO_SANDBOX, reason=f"no sandbox here: {problem()}")

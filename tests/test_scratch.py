@@ -1,8 +1,9 @@
-"""parlab.scratch: a scratch folder is gone when its process exits, and a killed process's
+"""parlab.launch.scratch: a scratch folder is gone when its process exits, and a killed process's
 folder is swept by the next one; the notebooks make theirs with it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import nbformat
 from conftest import ROOT
 
-from parlab.scratch import scratch_dir, scratch_root
+from parlab.launch.scratch import scratch_dir, scratch_root
 
-MAKE = ("import os, signal, sys\nfrom parlab.scratch import scratch_dir\n"
+MAKE = ("import os, signal, sys\nfrom parlab.launch.scratch import scratch_dir\n"
         "p = scratch_dir('demo')\n(p / 'trace.json').write_text('{}')\nprint(p, flush=True)\n")
 
 
@@ -42,4 +43,20 @@ def test_notebooks_make_their_folders_with_scratch_dir():
                          if c.cell_type == "code")
         assert "mkdtemp" not in code and "TemporaryDirectory" not in code, (
             f"{path.name}: a folder in /tmp that outlives the kernel; use "
-            "parlab.scratch.scratch_dir")
+            "parlab.launch.scratch.scratch_dir")
+
+
+def test_the_root_goes_with_the_last_process_that_left_it_empty(tmp_path):
+    """The per-user root is removed at exit when this process's folders were the last in it,
+    and kept while another process's folder is there (a private TMPDIR: other processes of
+    this user share the real one)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    other = tmp_path / f"parlab-scratch-{os.getuid()}" / "1-theirs-x"
+    proc = subprocess.run([sys.executable, "-c", MAKE], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0 and Path(proc.stdout.strip()).parent.parent == tmp_path
+    assert not list(tmp_path.iterdir()), f"left: {list(tmp_path.rglob('*'))}"
+    other.mkdir(parents=True)  # pid 1 runs: a folder that is not swept
+    proc = subprocess.run([sys.executable, "-c", MAKE], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0 and list(tmp_path.rglob("*")) == [other.parent, other]

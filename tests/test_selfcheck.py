@@ -115,7 +115,7 @@ def test_an_unreadable_notebook_is_reported_not_run(tmp_path: Path) -> None:
 
 # --- standing(): the self-check from the notebook's last cell ------------------------------------
 def test_standing_skips_under_every_grading_tool(capsys) -> None:
-    from parlab.grading.in_notebook import skip_reason
+    from parlab.grading.learner.in_notebook import skip_reason
 
     assert skip_reason({}) is None
     assert "nbgrader autograde" in skip_reason({"NBGRADER_EXECUTION": "autograde"})
@@ -161,6 +161,9 @@ def test_standing_prints_the_table_for_the_saved_notebook(released: Path, tmp_pa
     assert proc.returncode == 0, out + proc.stderr
     assert f"Checking the SAVED file {folder / (FAULT_MODULE + '.ipynb')}" in out, out
     assert "save the notebook first" in out
+    # the table names the notebook it read, which the learner did not name
+    assert f"Self-check of {folder / (FAULT_MODULE + '.ipynb')} (this notebook, as last " \
+        "saved)" in out and "you named" not in out, out
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("  ") and ln.split()}
     assert "passed" in lines["mean_test"] and "FAILED" in lines["double_test"], out
     assert "double(3) should be 6, got 4" in lines["double_test"], out

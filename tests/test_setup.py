@@ -97,3 +97,30 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize("system,works", [("Linux", True), ("Darwin", True),
+                                           ("MINGW64_NT-10.0-19045", False),
+                                           ("MSYS_NT-10.0-19045", False),
+                                           ("CYGWIN_NT-10.0-19045", False)])
+def test_make_says_in_one_line_where_the_course_cannot_run(tmp_path, system, works):
+    """Native Windows (make under MSYS2, Git Bash or Cygwin: what `uname -s` says there) has no
+    forkserver for the ranks: every target that needs the venv stops with one line naming
+    WSL 2 and README's "Platforms", before creating anything; Linux and macOS go on. A fake
+    `uname` on PATH stands for the system; `make -n` builds nothing."""
+    fake = tmp_path / "uname"
+    fake.write_text(f"#!/bin/sh\necho {system}\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    for var in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS"):  # under `make test` a make of its own
+        env.pop(var, None)                             # would say "Entering directory"
+    for target in ("lab", "test"):
+        proc = subprocess.run(["make", "-n", target], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        said = proc.stderr.strip().splitlines()
+        if works:
+            assert proc.returncode == 0 and not said, proc.stderr
+            continue
+        assert proc.returncode == 2 and len(said) == 1 and not proc.stdout, proc
+        assert "Linux and macOS" in said[0] and "WSL 2" in said[0] and system in said[0], said
+    assert "Platforms" in (ROOT / "README.md").read_text()

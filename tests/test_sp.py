@@ -134,7 +134,8 @@ def test_dropout_keep_mask_refuses_a_bad_probability():
 
 # --- the layer -----------------------------------------------------------------------------------
 
-def _layer_worker(sequence_parallel: bool, groups: list[list[int]] | None = None) -> dict:
+def _layer_worker(sequence_parallel: bool, groups: list[list[int]] | None = None,
+                  regather: bool = False) -> dict:
     rank = dist.get_rank()
     group = None
     if groups:  # every rank creates every group, in the same order
@@ -148,7 +149,7 @@ def _layer_worker(sequence_parallel: bool, groups: list[list[int]] | None = None
     (block(xr, torch.Generator().manual_seed(9)) * up).sum().backward()
     ref = {n: p.grad.clone() for n, p in block.named_parameters()}
     layer = SPBlock.from_block(copy.deepcopy(block), group=group,
-                               sequence_parallel=sequence_parallel)
+                               sequence_parallel=sequence_parallel, regather=regather)
     xin = (_mine(x, r, t) if sequence_parallel else x).clone().requires_grad_()
     upstream = _mine(up, r, t) if sequence_parallel else up
     with comm.trace() as fwd:
@@ -201,6 +202,25 @@ def test_layer_matches_the_single_device_layer_with_dropout(t, sequence_parallel
         assert res["sync"] == ([("all_reduce", (6 * H,))] if sequence_parallel else [])
 
 
+@pytest.mark.parametrize("t", [2, 4])
+def test_layer_that_gathers_its_input_again_in_backward(t):
+    """SPBlock(regather=True), Megatron's: the same outputs and gradients as one device; in
+    backward each GEMM entered by an all-gather gathers its input again, so a layer sends
+    6 all-gathers and 4 reduce-scatters, 10 (t-1)/t bsh elements instead of 8."""
+    for res in run(_layer_worker, t, True, None, True):
+        torch.testing.assert_close(res["y"], _mine(res["ref_y"], res["r"], t), **F32)
+        torch.testing.assert_close(res["x.grad"], _mine(res["ref_x.grad"], res["r"], t), **F32)
+        for name, grad in res["grads"].items():
+            torch.testing.assert_close(grad, _expected_grad(res, name), **F32, msg=name)
+        assert res["fwd"] == ["all_gather", "reduce_scatter"] * 2
+        # MLP first: the gradient gathered into fc2's backward, fc1's input gathered again,
+        # fc1's input gradient reduce-scattered; then the same for attention
+        assert res["bwd"] == ["all_gather", "all_gather", "reduce_scatter"] * 2
+        assert res["bytes"] == 10 * (t - 1) / t * B * S * H * 4
+        assert res["bytes"] == pytest.approx(
+            sum(sp.sp_bytes_per_layer(B, S, H, t, dtype_bytes=4, regather=True).values()))
+
+
 def test_layer_in_two_tp_groups_of_two():
     """World of 4 = groups {0, 1} and {2, 3}: every collective, dropout rows included, stays
     within its group."""
@@ -219,6 +239,9 @@ def test_sp_bytes_per_layer_by_hand():
         split = sp.sp_bytes_per_layer(b, s, h, t, dtype_bytes=d)
         assert split["all_gather"] == split["reduce_scatter"] == 4 * (t - 1) / t * b * s * h * d
         assert sum(split.values()) == costs.tp_bytes_per_layer(b, s, h, t, dtype_bytes=d)
+        again = sp.sp_bytes_per_layer(b, s, h, t, dtype_bytes=d, regather=True)
+        assert again == {"all_gather": 6 * (t - 1) / t * b * s * h * d,
+                         "reduce_scatter": 4 * (t - 1) / t * b * s * h * d}
 
 
 # --- activation memory: formulas and the meter ---------------------------------------------------
@@ -279,12 +302,12 @@ def test_meter_counts_each_storage_once_and_skips_excluded():
     assert activations.saved_tensor_bytes(lambda z: z.exp(), x.detach()) == 0
 
 
-def _region_worker(sequence_parallel: bool) -> dict:
+def _region_worker(sequence_parallel: bool, regather: bool = False) -> dict:
     rank, t = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     block = DropoutBlock(H, HEADS, p_drop=P)
     x = torch.randn(B, S, H)
-    layer = SPBlock.from_block(block, sequence_parallel=sequence_parallel)
+    layer = SPBlock.from_block(block, sequence_parallel=sequence_parallel, regather=regather)
     xin = (_mine(x, rank, t) if sequence_parallel else x).clone().requires_grad_()
     with activations.SavedTensorMeter(exclude=layer.parameters()) as meter:
         layer(xin, torch.Generator().manual_seed(1))
@@ -305,3 +328,7 @@ def test_measured_regions_of_a_layer(t):
         assert got["dropout"] * t == tp["dropout"]
         for name in ("QKV and fc1 inputs", "attention", "MLP"):
             assert got[name] == tp[name]
+    # Megatron's way: only the shard of each LayerNorm output is kept, gathered in backward
+    for got in run(_region_worker, t, True, True):
+        assert got["QKV and fc1 inputs"] * t == tp["QKV and fc1 inputs"]
+        assert got["LayerNorm"] * t == tp["LayerNorm"]

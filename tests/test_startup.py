@@ -1,4 +1,4 @@
-"""parlab.grading.startup: a grading process starts without rfc3987_syntax, and nothing it
+"""parlab.grading.base.startup: a grading process starts without rfc3987_syntax, and nothing it
 does needs it (benchmarks/bench_startup.py times the difference)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from parlab.grading.startup import NBGRADER
+from parlab.grading.base.startup import NBGRADER
 
 CHECK = """
 import sys

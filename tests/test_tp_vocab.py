@@ -123,6 +123,22 @@ def test_one_process_is_plain_cross_entropy():
     torch.testing.assert_close(tp.VocabParallelEmbedding.from_embedding(emb)(y), emb(y))
 
 
+def test_backward_takes_its_incoming_gradient():
+    """The loss scaled by 1/m (module 08's micro-batches) or a per-token upstream gradient
+    (reduction "none"): the logits' gradient is F.cross_entropy's times that gradient, not the
+    unscaled one (issue 44.1: a backward that drops grad_output passes any test whose upstream
+    gradient is 1). One process: the backward is local on every rank anyway."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 9, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 9, (6,), generator=gen)
+    up = torch.randn(6, generator=gen, dtype=torch.float64)
+    for reduction, scale in (("mean", 1 / 8), ("sum", 0.3), ("none", up)):
+        mine, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+        (tp.vocab_parallel_cross_entropy(mine, y, reduction=reduction) * scale).sum().backward()
+        (F.cross_entropy(ref, y, reduction=reduction) * scale).sum().backward()
+        torch.testing.assert_close(mine.grad, ref.grad, rtol=1e-12, atol=1e-14)
+
+
 def test_bytes_of_the_logits_against_the_loss():
     b, s, vocab, t = 1, 8192, 128256, 8
     assert costs.logits_bytes(b, s, vocab) == b * s * vocab * 4

@@ -9,13 +9,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, Torchrun, torchrun_tmp
 
 from parlab.compose import TOLERANCE, Plan, train_single
 from parlab.model import LlamaConfig
@@ -84,15 +83,14 @@ ARGS = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "
         "--train-iters", "3", "--check"]
 
 
-def _two_nodes(tmp: Path, timeout: float) -> list[tuple[int, str]]:
+def _two_nodes(torchrun: Torchrun, tmp: Path, timeout: float) -> list[tuple[int, str]]:
     """Start both "nodes", wait for both; (exit code, output) each. Both process groups are
     killed if anything goes wrong or the deadline passes."""
-    torchrun = Path(sys.executable).parent / "torchrun"
     endpoint, rdzv_id = f"127.0.0.1:{_free_port()}", uuid.uuid4().hex[:8]
-    cmd = [str(torchrun), "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d",
+    cmd = [*torchrun.cmd, "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id, str(SCRIPT), *ARGS]
     procs, logs = [], [tmp / f"node{i}.log" for i in range(2)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = torchrun.env(PYTHONUNBUFFERED="1")
     try:
         for log in logs:
             with open(log, "w") as out:
@@ -109,9 +107,9 @@ def _two_nodes(tmp: Path, timeout: float) -> list[tuple[int, str]]:
 
 
 @pytest.mark.slow
-def test_two_torchrun_nodes_train_with_the_single_device_losses(tmp_path):
+def test_two_torchrun_nodes_train_with_the_single_device_losses(torchrun, tmp_path):
     start = time.perf_counter()
-    nodes = _two_nodes(tmp_path, timeout=300)
+    nodes = _two_nodes(torchrun, tmp_path, timeout=300)
     output = "\n".join(out for _, out in nodes)
     assert all(code == 0 for code, _ in nodes), output
     print(f"two nodes of 4 processes: {time.perf_counter() - start:.0f} s")
@@ -153,11 +151,30 @@ def test_options_that_do_not_fit_end_every_process_before_a_group_starts(
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_under_torchrun_options_that_do_not_fit_print_one_message():
-    torchrun = Path(sys.executable).parent / "torchrun"
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", str(SCRIPT),
+def test_under_torchrun_options_that_do_not_fit_print_one_message(torchrun):
+    proc = subprocess.run([*torchrun.cmd, "--standalone", "--nproc-per-node", "2", str(SCRIPT),
                            "--tensor-model-parallel-size", "2", "--num-query-groups", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=torchrun.env())
+    # torchrun kept its logs in the test's own folder (removed after it), not in /tmp
+    assert list(torchrun.tmp.glob("torchelastic_*")), list(torchrun.tmp.iterdir())
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and out.count("train.py: error: tp=2 must divide") == 1, out
     assert 'scripts/train.py", line' not in out, out  # no rank's traceback
+
+
+def test_torchrun_in_tests_leaves_nothing_in_tmp():
+    """torchrun leaves a torchelastic_* folder of logs in its TMPDIR after every run (19 in
+    /tmp after a day's runs of the suite): every test starts it through conftest's `torchrun`
+    fixture, whose TMPDIR is a folder of the test's own, removed after it (the test above
+    checks that torchrun writes there)."""
+    with torchrun_tmp() as t:
+        (t.tmp / "torchelastic_x" / "run_0").mkdir(parents=True)  # what a run leaves
+        assert t.env()["TMPDIR"] == str(t.tmp)
+    assert not t.tmp.exists(), "the fixture's folder outlived the test"
+    started, given = re.compile(r"\*torchrun\.cmd"), re.compile(r"torchrun\.env\(")
+    own = re.compile(r'/\s*"torchrun"')  # the venv's torchrun, not from the fixture
+    bypass = [p.name for p in sorted(Path(__file__).parent.glob("test_*.py"))
+              if own.search(p.read_text()) or len(started.findall(p.read_text())) >
+              len(given.findall(p.read_text()))]
+    assert not bypass, f"tests that start torchrun without conftest's torchrun fixture: {bypass}"

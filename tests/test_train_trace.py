@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -15,13 +13,13 @@ from parlab.timeline import load
 
 
 @pytest.mark.slow  # torchrun starts in seconds, not milliseconds
-def test_a_torchrun_job_writes_one_merged_trace(tmp_path):
-    torchrun = Path(sys.executable).parent / "torchrun"
+def test_a_torchrun_job_writes_one_merged_trace(torchrun, tmp_path):
     out = tmp_path / "train.json"
     proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(ROOT / "scripts" /
+        [*torchrun.cmd, "--standalone", "--nproc-per-node", "2", str(ROOT / "scripts" /
          "train.py"), "--tensor-model-parallel-size", "2", "--train-iters", "1", "--trace",
-         str(out)], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+         str(out)], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env=torchrun.env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"trace of 2 ranks: {out}" in proc.stdout
     data = json.loads(out.read_text())

@@ -37,9 +37,9 @@ import torch
 from conftest import ROOT
 
 from parlab.check._harness import reset_outcomes
-from parlab.grading.cells import grade_id, is_answer_cell, is_graded_cell
-from parlab.grading.config import config_value
-from parlab.grading.kernels import kernel_manager
+from parlab.grading.autograde.kernels import kernel_manager
+from parlab.grading.base.cells import grade_id, is_answer_cell, is_graded_cell
+from parlab.grading.base.config import config_value
 from parlab.grading.sandbox import Limits, problem
 from parlab.grading.verify.remote import Host
 from parlab.grading.verify.source import graded_cells, learner_source, released_source
@@ -211,7 +211,7 @@ def _cases(module: str, *, sample: bool = False) -> list[tuple[str, nbformat.Not
     `sample`, only the first entry, by name, for each graded test naming what it redefines)."""
     source = nbformat.read(ROOT / "solutions" / module / f"{module}.ipynb", as_version=4)
     blank = nbformat.read(ROOT / "course" / module / f"{module}.ipynb", as_version=4)
-    half = copy.deepcopy(source)  # carol of parlab.grading.fake: all but the first answer
+    half = copy.deepcopy(source)  # carol of parlab.grading.collect.fake: all but the first answer
     first = next(i for i, c in enumerate(half.cells) if is_answer_cell(c))
     half.cells[first] = next(c for c in blank.cells if grade_id(c) == grade_id(half.cells[first]))
     out = [("solutions", source, ""), ("blank", blank, ""), ("half", half, "")]
@@ -296,8 +296,8 @@ def test_the_course_run_is_verified_where_the_configuration_says(course_run) -> 
 def test_report_names_each_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the record holds for a tampering submission reaches `make report`'s summary and
     page, per student and test."""
-    from parlab.grading import report
-    from parlab.grading.results import Graded
+    from parlab.grading.engines.results import Graded
+    from parlab.grading.report import html as report
 
     monkeypatch.setattr(report, "_points", lambda root, module: {"mean_test": 2.0})
     graded = Graded("faultlab", "mallory", 0.0, 2.0, "graded",

@@ -1,4 +1,5 @@
-"""Warm kernels (parlab.grading.warm) grade exactly as fresh ones, and each submission alone.
+"""Warm kernels (parlab.grading.autograde.warm) grade exactly as fresh ones, and each submission
+alone.
 
 One grading process (a script, as an nbgrader worker is one process) runs ResilientExecute
 over the same small notebooks twice, with fresh kernels and then warm ones forked from one
@@ -23,7 +24,7 @@ import nbformat
 import pytest
 
 from parlab.grading import leftover_processes
-from parlab.grading.results import RUN_ENV
+from parlab.grading.engines.results import RUN_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ NOTEBOOKS = {
 
 SCRIPT = r"""
 import json, sys, nbformat
-from parlab.grading.execute import ResilientExecute
+from parlab.grading.autograde.execute import ResilientExecute
 
 folders = json.loads(sys.argv[1])
 seen = {}

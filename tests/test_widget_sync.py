@@ -1,5 +1,5 @@
-"""parlab.grading.widget_sync: an Output widget's outputs are kept, and nothing is echoed to the
-kernel on the shell socket, where the echo could hide a cell's reply until its timeout.
+"""parlab.grading.base.widget_sync: an Output widget's outputs are kept, and nothing is echoed
+to the kernel on the shell socket, where the echo could hide a cell's reply until its timeout.
 
 The unit test drives the widget stand-ins directly (nbclient's own one sends a comm message
 per output, ours none). The notebook tests run a notebook of Output widgets that redraw a
@@ -23,7 +23,7 @@ import nbformat
 from nbclient.output_widget import OutputWidget
 
 from parlab.grading import execute_notebook
-from parlab.grading.widget_sync import BatchOutputWidget
+from parlab.grading.base.widget_sync import BatchOutputWidget
 
 TIMEOUT_S = 30
 CELLS = 8
@@ -40,7 +40,7 @@ for i in range(3):
 GRADER = """
 import json, sys, nbformat
 from nbclient.output_widget import OutputWidget
-from parlab.grading.execute import ResilientExecute
+from parlab.grading.autograde.execute import ResilientExecute
 echoes = []
 OutputWidget.sync_state = lambda self: echoes.append(1)  # nbclient's echo, if it ran
 path = sys.argv[1]

@@ -109,3 +109,24 @@ def test_explorer_is_reusable_for_other_widgets():
     assert w.html.value == "x² = 9"
     slider.value = 5
     assert w.summary == {"square": 25} and w.html.value == "x² = 25" and calls == [3, 5]
+
+
+def _fits(dropdown: ipw.Dropdown) -> str | None:
+    """Why a dropdown's longest label would be cut, or None: the select gets the control's
+    width less its description's (both in em), and needs about 0.6em a character plus 2em
+    for its arrow (proportional fonts: digits 0.55em, capitals up to 0.7em)."""
+    width, described = dropdown.layout.width, dropdown.style.description_width
+    if not (width and width.endswith("em") and described.endswith("em")):
+        return f"{dropdown.description!r}: width {width!r}, description {described!r}"
+    room = float(width[:-2]) - float(described[:-2])
+    longest = max((str(label) for label in dropdown.options), key=len)
+    need = 0.6 * len(longest) + 2
+    return None if need <= room else f"{longest!r} needs {need:.1f}em, the select has {room:g}em"
+
+
+def test_link_presets_read_whole():
+    """The link dropdown of modules 00 and 02 is as wide as the sliders, so its longest label
+    ("NVLink 900 GB/s (H100, both directions)") is not cut (issue 44.4: it read
+    "NVLink 900 GB/s (H10")."""
+    for explorer in (widgets.interconnect_explorer(), widgets.tp_comm_explorer()):
+        assert _fits(explorer.preset) is None, _fits(explorer.preset)

@@ -88,6 +88,12 @@ def test_bytes_table_puts_the_measurement_beside_the_closed_forms():
     assert "| TP + SP, all-gathers | 100 B | 448 MiB |" in rows  # 4 * 7/8 * 128 MiB
     assert "| **TP + SP, in all** | **300 B** | **896 MiB** |" in rows
     assert "| **plain TP, all-reduces** | **300 B** | **896 MiB** |" in rows
+    again = widgets_sp.sp_bytes_table(measured, 1, 8192, 8192, 8,
+                                      regathered={"all_gather": 150, "reduce_scatter": 200})
+    # Megatron's: 6 all-gathers of 7/8 x 128 MiB, 10 collectives in all
+    assert ("| Megatron's TP + SP (inputs gathered again in backward), all-gathers | 150 B "
+            "| 672 MiB |") in again.splitlines()
+    assert "| **Megatron's TP + SP, in all** | **350 B** | **1,120 MiB** |" in again.splitlines()
 
 
 def test_layer_memory_table_ratios_and_totals():
@@ -97,3 +103,8 @@ def test_layer_memory_table_ratios_and_totals():
     assert "| LayerNorm | 800 B | 400 B | 2 |" in rows and "| MLP | 300 B | 300 B | 1 |" in rows
     assert "| **whole layer** | **1,100 B** | **700 B** | 1.57 |" in rows
     assert "**700 B**" in text.split("\n\n")[1] and "(the reference TP + SP layer: 700 B)" in text
+    again = widgets_sp.layer_memory_table({"LayerNorm": 800, "MLP": 300}, {"LayerNorm": 400,
+                                           "MLP": 300}, yours=700, sizes="float32",
+                                          regathered={"LayerNorm": 400, "MLP": 150})
+    assert "| LayerNorm | 800 B | 400 B | 2 | 400 B |" in again.splitlines()
+    assert "| **whole layer** | **1,100 B** | **700 B** | 1.57 | **550 B** |" in again.splitlines()

@@ -1,4 +1,5 @@
-"""A learner's work in progress survives a new release (parlab.grading.workspace, make update).
+"""A learner's work in progress survives a new release (parlab.grading.learner.workspace,
+make update).
 
 tests/data/previous_release_02_tensor_parallel.ipynb is module 02's notebook as released before
 the library was restructured (its imports and text differ from today's). A learner's copy is made
@@ -17,8 +18,8 @@ import nbformat
 import pytest
 from conftest import ROOT
 
-from parlab.grading import workspace
-from parlab.grading.cells import grade_id, is_answer_cell
+from parlab.grading.base.cells import grade_id, is_answer_cell
+from parlab.grading.learner import workspace
 
 MODULE = "02_tensor_parallel"
 OLD = ROOT / "tests" / "data" / f"previous_release_{MODULE}.ipynb"

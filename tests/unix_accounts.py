@@ -47,7 +47,7 @@ def unix_users(names: list[str], password: str, group: str,
         for name in names:
             if _exists(name):
                 subprocess.run(["userdel", "-r", name], capture_output=True)
-        for left in Path(tempfile.gettempdir()).iterdir():  # their scratch (parlab.scratch)
+        for left in Path(tempfile.gettempdir()).iterdir():  # their scratch (parlab.launch.scratch)
             with contextlib.suppress(OSError):
                 if left.lstat().st_uid in uids and left.is_dir() and not left.is_symlink():
                     shutil.rmtree(left)

@@ -1,7 +1,7 @@
 """Output without end: a test that prints 5 MB, line by line (five times the limit per cell).
 
 Expected: the grader keeps at most ResilientExecute.cell_output_limit bytes of the cell's
-output (parlab.grading.outputs), drops the rest as it arrives (neither the notebook, the
+output (parlab.grading.autograde.outputs), drops the rest as it arrives (neither the notebook, the
 grader's memory nor the feedback grows without bound), and double_test scores 0 with
 OutputLimit naming the limit; square_test is graded.
 """

@@ -8,8 +8,9 @@
 # (PARLAB_HUB_...), which is how `make hub VAR=...` and the tests set them.
 #
 # Files it keeps (git-ignored): autograder/hub/run/ - the hub's database and cookie secret,
-# the trial's passwords, the GPU allotment (gpus.json), the trial learners' workspaces
-# (users/<name>/) and, under the system's users, nbgrader's exchange (exchange/).
+# the proxy's pid file, the trial's passwords, the GPU allotment (gpus.json), the trial
+# learners' workspaces (users/<name>/) and, under the system's users, nbgrader's exchange
+# (exchange/). It writes nothing elsewhere in the repository.
 # ruff: noqa: F821  (`get_config` is given by JupyterHub when it loads this file)
 
 import os
@@ -26,7 +27,9 @@ from parlab.hub.exchange import (
     instructor_gid,
     prepare_exchange,
 )
+from parlab.hub.lti import LtiProblem, configure_lti
 from parlab.hub.private import keep_private
+from parlab.hub.roster import LoginGate, Roster
 
 c = get_config()  # noqa: F821
 
@@ -57,6 +60,13 @@ INSTRUCTOR_GROUP = setting("INSTRUCTOR_GROUP", "parlab-instructors")
 # Where instructors grade (submitted/, autograded/, gradebook.db; their server opens on it):
 # PARLAB_COURSE_ROOT as `make formgrader COURSE_ROOT=...` sets it, else the repository.
 COURSE_ROOT = Path(os.environ.get("PARLAB_COURSE_ROOT") or ROOT).resolve()
+# The class list from your learning platform, `make hub-roster ROSTER=class.csv` (roster.json in
+# the course root; parlab.hub.roster): its students are the learners, read at every login (3),
+# so a later run adds and retires students without a restart. With it, LEARNERS adds only
+# those given as PARLAB_HUB_LEARNERS (no alice, bob, carol).
+CLASS_LIST = Roster.load(COURSE_ROOT)
+if CLASS_LIST.exists and "PARLAB_HUB_LEARNERS" not in os.environ:
+    LEARNERS = []
 
 # --- 2. Where: the address ----------------------------------------------------------------
 # The trial listens on this machine only. From a laptop, tunnel to it:
@@ -82,6 +92,9 @@ c.JupyterHub.cleanup_servers = setting("KEEP_SERVERS", "0") != "1"
 PROXY = BIN / "configurable-http-proxy"
 c.ConfigurableHTTPProxy.command = [str(PROXY) if PROXY.exists()
                                    else "configurable-http-proxy"]
+# The hub writes the proxy's process id to a file while it runs (JupyterHub's default:
+# jupyterhub-proxy.pid in the directory it was started in, the repository); here, in run/.
+c.ConfigurableHTTPProxy.pid_file = str(RUN / "jupyterhub-proxy.pid")
 
 # --- 3. How they log in: the trial ---------------------------------------------------------
 # SharedPasswordAuthenticator: a learner of LEARNERS logs in with their name and the
@@ -98,6 +111,12 @@ if not PASSWORDS.exists():
 _pw = dict(line.split(" ", 1) for line in PASSWORDS.read_text().split("\n") if line)
 c.SharedPasswordAuthenticator.user_password = _pw["learners"]
 c.SharedPasswordAuthenticator.admin_password = _pw["instructors"]
+# Who may log in, decided at every login, whatever the login (parlab.hub.roster.LoginGate): an
+# instructor, one of LEARNERS, or an active student of the class list as it is now; a student
+# the class list retired, and anyone else, is refused with a page saying why. A name a
+# learning platform sent (LTI, below) that is a student's platform id becomes their id.
+c.Authenticator.post_auth_hook = LoginGate(COURSE_ROOT, LEARNERS, INSTRUCTORS)
+c.Authenticator.allow_all = True           # the gate decides (allowed_users: made at start)
 
 # THE REAL THING (a): the system's users. Each learner is a Unix account on the box
 # (`adduser alice`); the hub runs as root and starts each server as its learner, whose
@@ -105,19 +124,16 @@ c.SharedPasswordAuthenticator.admin_password = _pw["instructors"]
 #   c.JupyterHub.bind_url = "https://0.0.0.0:443"            # with (c) below
 # and learners log in with their Unix password (PAM, set below); nbgrader's exchange is on (6).
 # THE REAL THING (b): a login from your learning platform, instead of PAM:
-#   LTI 1.3 (Moodle, Canvas, Blackboard): pip install jupyterhub-ltiauthenticator
-#     c.JupyterHub.authenticator_class = "ltiauthenticator.lti13.auth.LTI13Authenticator"
-#     c.LTI13Authenticator.issuer = "https://moodle.example.edu"
-#     c.LTI13Authenticator.client_id = ["the client id your platform gave"]
-#     c.LTI13Authenticator.authorize_url = "https://moodle.example.edu/mod/lti/auth.php"
-#     c.LTI13Authenticator.jwks_endpoint = "https://moodle.example.edu/mod/lti/certs.php"
+#   LTI 1.3 or 1.1 (Canvas, Moodle, Blackboard, ...): the settings PARLAB_HUB_LOGIN=lti13 and
+#   the platform's PARLAB_HUB_LTI_..., read below, after (a).
 #   OAuth / OpenID Connect (Google, GitHub, Keycloak): pip install oauthenticator
 #     c.JupyterHub.authenticator_class = "generic-oauth"
 #     c.GenericOAuthenticator.oauth_callback_url = "https://lab.example.edu/hub/oauth_callback"
 #     c.GenericOAuthenticator.client_id = "..."; c.GenericOAuthenticator.client_secret = "..."
 #     c.GenericOAuthenticator.authorize_url/token_url/userdata_url = "https://idp.example.edu/..."
-#   With either, keep allowed_users (or the platform's course roster) and admin_users above;
-#   learners then need a Unix account only with SYSTEM_USERS (the spawner in 4 runs as them).
+#   With either, the class list (make hub-roster) says who may log in (the gate above);
+#   learners then need a Unix account only with SYSTEM_USERS (the spawner in 4 runs as them),
+#   which make hub-roster makes.
 # THE REAL THING (c): TLS, always when the hub is reachable from another machine:
 #   c.JupyterHub.ssl_cert = "/etc/letsencrypt/live/lab.example.edu/fullchain.pem"
 #   c.JupyterHub.ssl_key = "/etc/letsencrypt/live/lab.example.edu/privkey.pem"
@@ -143,6 +159,24 @@ if SYSTEM_USERS:
     _db = RUN / "jupyterhub.sqlite"                  # readable by the hub (root) alone
     _db.touch(mode=0o600)
     _db.chmod(0o600)
+# (b), for real: PARLAB_HUB_LOGIN=lti13 or lti11, the login from your learning platform
+# (parlab.hub.lti: the settings it needs, what to register on the platform, which launch field
+# names the learner and why). Learners are the class list's students (make hub-roster), named
+# by their id there; under SYSTEM_USERS each needs a Unix account, which make hub-roster makes.
+LOGIN = setting("LOGIN", "")
+LTI = {"issuer": setting("LTI_ISSUER", ""),                 # LTI 1.3: what the platform
+       "client_id": setting("LTI_CLIENT_ID", ""),           # gives you when you register
+       "authorize_url": setting("LTI_AUTHORIZE_URL", ""),   # the hub as a tool
+       "jwks_url": setting("LTI_JWKS_URL", ""),
+       "key": setting("LTI_KEY", "parlab"),                 # LTI 1.1: consumer key, and the
+       "secret": setting("LTI_SECRET", ""),                 # secret (unset: made, in RUN)
+       "username": setting("LTI_USERNAME", "custom_username")}  # the field naming the learner
+LTI_LINES = []
+if LOGIN:
+    try:
+        LTI_LINES = configure_lti(c, LOGIN, LTI, RUN, f"http://{IP}:{PORT}")
+    except LtiProblem as exc:
+        sys.exit(f"login from the learning platform: {exc}")
 
 # --- 4. Their servers: a workspace, the learner's JupyterLab, the course's kernel ----------
 # Each learner's JupyterLab opens on their own workspace, made as `make lab` makes it (a copy
@@ -281,6 +315,10 @@ LOGINS = (f"  learners ({', '.join(LEARNERS)}) and instructors ({', '.join(INSTR
           f"  (kept in {PASSWORDS}; add learners with PARLAB_HUB_LEARNERS=a,b,c)\n"
           "nbgrader's exchange: off in the trial (every learner is one Unix user here, and "
           "nbgrader names a student by theirs): PARLAB_HUB_SYSTEM_USERS=1 turns it on\n")
+if CLASS_LIST.exists:
+    LOGINS += (f"  the class list: {len(CLASS_LIST.active())} students of {CLASS_LIST.path} "
+               "(make hub-roster), read at every login\n")
+LOGINS += "".join(f"  {line}\n" for line in LTI_LINES)
 STATUS_OF = INSTRUCTORS[0] if INSTRUCTORS else "<instructor>"
 print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}"
       f"who has fetched, submitted, been graded: http://{IP}:{PORT}/user/{STATUS_OF}/parlab/status"

@@ -9,7 +9,9 @@
   parlab, torch or the standard library. Plain Python (pytest, scripts) prints the full
   traceback as usual.
 - `NotWritten`: a check in the kernel reached the release's stub; it reads as the stub's
-  NotImplementedError and its line.
+  NotImplementedError and its line: "not written yet: <the stub's words>". A run whose ranks
+  all reached it (the launcher's RankError) reads the same (`unwritten_message`,
+  `stub_raised`).
 - `refused(references, message)`: inside the block, every function in `references` (for a
   class: every function it defines) raises `CheckFailed(message)`. The functions' code objects
   are swapped rather than their names rebound, so an answer that reaches the reference through
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CheckFailed", "NotWritten", "Readable", "refused", "reference_message",
-           "learner_frames", "cell_name", "LIKELY"]
+           "learner_frames", "cell_name", "stub_raised", "unwritten_message", "LIKELY"]
 
 LIKELY = "Likely mistake:"
 MAX_FRAMES = 4  # the learner's innermost frames shown under a failure
@@ -83,6 +85,27 @@ def learner_frames(tb_text: str) -> list[str]:
         code = m.group("code").strip()
         out.append(f"  {where}" + (f"\n    {code}" if code else ""))
     return out[-MAX_FRAMES:]
+
+
+def stub_raised(tb_text: str) -> bool:
+    """Whether a formatted traceback ends in the learner's own `raise`: the innermost frame is
+    the learner's code (a cell, or code run from its text: "<dynamic-code>" in a rank,
+    "<answer cell>" under the verifier) and its line, where known, is a raise statement. A
+    NotImplementedError raised there is the release's stub; one raised inside torch (a module
+    without forward, an op a device lacks, called from the learner's line) is not."""
+    frames = list(_FRAME.finditer(tb_text))
+    if not frames:
+        return False
+    path, code = frames[-1].group("path"), frames[-1].group("code").strip()
+    if path.startswith("<frozen") or (not path.startswith("<") and _is_library(path)):
+        return False
+    return not code or code.startswith("raise")
+
+
+def unwritten_message(said: str) -> str:
+    """What an answer that reached its stub reads, in the kernel or on every rank."""
+    said = said.strip() or "write the answer in its cell, run it, then this check."
+    return f"not written yet: {said}"
 
 
 def _frames_of(exc: BaseException) -> list[str]:
@@ -138,10 +161,16 @@ class NotWritten(Readable, NotImplementedError):
 
     @classmethod
     def of(cls, stub: NotImplementedError) -> NotWritten:
-        said = str(stub).strip() or "write the answer in its cell, run it, then this check."
-        err = cls(f"not written yet, the check reached the stub's raise: {said}")
+        err = cls(unwritten_message(str(stub)))
         err.learner_traceback = "".join(traceback.format_tb(stub.__traceback__))
         return err
+
+    @staticmethod
+    def is_stub(exc: BaseException) -> bool:
+        """A NotImplementedError raised by the learner's own code (the release's stub)."""
+        return isinstance(exc, NotWritten) or (isinstance(exc, NotImplementedError) and
+                                               stub_raised("".join(traceback.format_tb(
+                                                   exc.__traceback__))))
 
 
 # --- the one refusal mechanism ----------------------------------------------------------------

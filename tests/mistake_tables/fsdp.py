@@ -1,7 +1,9 @@
-"""Module 01. The `hidden:<grade id>` checks run that test cell of the solutions notebook,
-hidden tests included, as the grader does (so their solutions' controls are the course run's:
-tests/test_mistakes.py)."""
+"""Module 01. The `check_*` entries call the checks as the visible tests do (the shards also
+in float64 on 3 ranks, the plan with 10 random cases); the `hidden:<grade id>` checks run that
+test cell of the solutions notebook, hidden tests included, as the grader does (so their
+solutions' controls are the course run's: tests/test_mistakes.py)."""
 
+import torch
 from mistakes import Table, hidden
 
 from parlab.check import fsdp as fsdpcheck
@@ -19,8 +21,11 @@ TABLE = Table(
             quiet=True),
         "check_fsdp_layer": lambda ns, t: fsdpcheck.check_fsdp_layer(
             ns.FSDPLinear, world_size=t, quiet=True),
+        "check_flat_shards_float64": lambda ns, t: fsdpcheck.check_flat_shards(
+            ns.take_shard, ns.all_gather_flat, ns.reduce_scatter_flat, world_size=t,
+            numel=24, seed=5, dtype=torch.float64, quiet=True),  # the visible test's 2nd call
         "check_reshard_plan": lambda ns, t: fsdpcheck.check_reshard_plan(
-            ns.plan_reshard, quiet=True),
+            ns.plan_reshard, random_cases=10, seed=3, quiet=True),  # as the visible test
         "check_fully_shard": lambda ns, t: fsdpcheck.check_fully_shard(
             ns.shard_model, ns.full_grads, world_size=t, **VISIBLE[t], quiet=True),
         **{f"hidden:{gid}": hidden(MODULE, gid) for gid in (
@@ -28,14 +33,17 @@ TABLE = Table(
             "fully_shard_test")},
     },
     sizes={"check_flat_shards": (2, 4), "check_fsdp_layer": (2, 4),
+           "check_flat_shards_float64": (3,),
            "check_fully_shard": tuple(VISIBLE)},  # 3 ranks, then 4 with a (dp, tp) mesh
     where={check: ("rank ",) for check in (
-        "check_flat_shards", "check_fsdp_layer", "hidden:fsdp_shards_test",
-        "hidden:fsdp_layer_test", "check_fully_shard", "hidden:fully_shard_test")},
+        "check_flat_shards", "check_fsdp_layer", "check_flat_shards_float64",
+        "hidden:fsdp_shards_test", "hidden:fsdp_layer_test", "check_fully_shard",
+        "hidden:fully_shard_test")},
     required=frozenset({
         "grads_allreduced", "gathered_weight_kept", "shard_wrong_offset",  # issue 9
         "shard_is_view", "shard_size_hard_coded", "grads_divided_in_place",  # 16
         "state_wraps_costs", "plan_wraps_reference", "plan_sorts_sizes_in_place",
+        "gathered_float32_buffers", "plan_whole_megabytes",  # 44.1: dtype, fractional sizes
         # issue 45: fully_shard's own pitfalls
         "fully_shard_root_only", "fully_shard_plan_inverted", "fully_shard_no_mesh",
         "fully_shard_no_root", "fully_shard_plan_ignored", "fully_shard_plan_reversed",

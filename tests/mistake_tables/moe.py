@@ -1,14 +1,14 @@
 """Module 06. The router and capacity checks run in this process; the rank checks on the
-first of 2 and 4 ranks an entry fails on (tests/mistakes.py, Table.runs), and as the hidden
-test cells' second call does: 3 ranks, 3 experts each (a fractional capacity), and as their
-third does: each token routed to 3 experts (exercise 3) or 1 (exercise 4), on 2 ranks."""
+first of 2 and 4 ranks an entry fails on (tests/mistakes.py, Table.runs), and as the visible
+test cells' other calls do: each token routed to 3 experts (exercise 3) or 1 (exercise 4), on
+2 ranks; 3 ranks, 3 experts each (a fractional capacity in exercise 4)."""
 
 from mistakes import Table
 
 from parlab.check import moe as moecheck
 
 ON_RANKS = ("check_ep_moe", "check_ep_capacity")
-HIDDEN = ("check_ep_moe_hidden", "check_ep_capacity_hidden")  # their sizes are fixed: 3
+THREE = ("check_ep_moe_three_per_rank", "check_ep_capacity_three_per_rank")  # on 3 ranks
 TOP_K = ("check_ep_moe_top_k", "check_ep_capacity_top_k")  # theirs: 2
 TABLE = Table(
     module="06_expert_parallel",
@@ -21,9 +21,9 @@ TABLE = Table(
                                                             quiet=True),
         "check_ep_capacity": lambda ns, t: moecheck.check_ep_capacity(
             ns.ep_moe_capacity, world_size=t, quiet=True),
-        "check_ep_moe_hidden": lambda ns, t: moecheck.check_ep_moe(
+        "check_ep_moe_three_per_rank": lambda ns, t: moecheck.check_ep_moe(
             ns.ep_moe, world_size=3, experts_per_rank=3, quiet=True),
-        "check_ep_capacity_hidden": lambda ns, t: moecheck.check_ep_capacity(
+        "check_ep_capacity_three_per_rank": lambda ns, t: moecheck.check_ep_capacity(
             ns.ep_moe_capacity, world_size=3, experts_per_rank=3, capacity_factor=1.25,
             quiet=True),
         "check_ep_moe_top_k": lambda ns, t: moecheck.check_ep_moe(
@@ -31,9 +31,9 @@ TABLE = Table(
         "check_ep_capacity_top_k": lambda ns, t: moecheck.check_ep_capacity(
             ns.ep_moe_capacity, world_size=2, top_k=1, quiet=True),
     },
-    sizes={**{check: (2, 4) for check in ON_RANKS}, **{check: (3,) for check in HIDDEN},
+    sizes={**{check: (2, 4) for check in ON_RANKS}, **{check: (3,) for check in THREE},
            **{check: (2,) for check in TOP_K}},
-    where={check: ("rank ",) for check in (*ON_RANKS, *HIDDEN, *TOP_K)},
+    where={check: ("rank ",) for check in (*ON_RANKS, *THREE, *TOP_K)},
     required=frozenset({
         "combine_without_gates", "split_sizes_not_exchanged", "dropped_not_residual",
         "wrong_expert_placement",  # issue 8
@@ -41,7 +41,8 @@ TABLE = Table(
         # receive buffer of the wrong dtype
         "two_experts_per_rank", "capacity_rounded", "keep_mask_marks_experts",
         "counts_received_as_float",
-        "ep_top_k_hard_coded", "capacity_top_k_hard_coded"}),  # 32.6: k = 2 written in
+        "ep_top_k_hard_coded", "capacity_top_k_hard_coded",  # 32.6: k = 2 written in
+        "capacity_two_experts_per_rank"}),  # 44.1: 3 experts per rank in the visible tests
     refusal="the course's own reference|parlab's own MoE reference",
     reexports={
         "alias_router": ("check_router", "from parlab.moe import route as router"),

@@ -1,7 +1,8 @@
-"""Module 03. Every check runs on the first of 2 and 4 ranks a mistake fails on
-(tests/mistakes.py, Table.runs), at that size for the solutions (2, 3 and 4 in the course
-run's hidden tests); a rank-level comparison names the rank, a byte formula (checked in the kernel)
-the call."""
+"""Module 03. Every check runs on the first of 2, 3 and 4 ranks a mistake fails on
+(tests/mistakes.py, Table.runs), at that size for the solutions; the visible tests run 2 and 3
+ranks (issue 44: t varied where a learner can see it), the hidden ones 4. A mistake caught only
+at 4 must fail the visible test cell too. A rank-level comparison names the rank, a byte
+formula (checked in the kernel) the call."""
 
 from mistakes import Table
 
@@ -12,7 +13,7 @@ CHECKS = {
                                                          world_size=t, quiet=True),
     "check_sp_dropout": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
                                                                quiet=True),
-    # the visible test's second call: another p_drop than the notebook's 0.25
+    # the visible test's second call: another p_drop than the notebook's 0.25 (on 3 ranks)
     "check_sp_dropout_p": lambda ns, t: spcheck.check_sp_dropout(ns.sp_dropout, world_size=t,
                                                                  p_drop=0.1, quiet=True),
     "check_sp_block": lambda ns, t: spcheck.check_sp_block(ns.SPBlock, world_size=t, quiet=True),
@@ -25,13 +26,15 @@ TABLE = Table(
     module="03_sequence_parallel",
     answers=5,
     checks=CHECKS,
-    sizes={check: (2, 4) for check in CHECKS},
+    # the visible test runs 2 ranks, then 3 (the p_drop = 0.1 call: 3 only), the hidden one 4
+    sizes={**{check: (2, 3, 4) for check in CHECKS}, "check_sp_dropout_p": (3, 4)},
     solution_sizes={check: (2, 3, 4) for check in CHECKS},
     where={check: ("rank ", "sp_layer_bytes(b=") for check in CHECKS},
     required=frozenset({
         "gather_wrong_dim", "ln_grad_not_reduced", "same_seed_every_rank",  # issue 6
         "dropout_scale_over_p", "dropout_in_place", "fresh_layernorm",  # issue 16
-        "hardcoded_hidden", "sp_bytes_no_dtype"}),
+        "hardcoded_hidden", "sp_bytes_no_dtype",
+        "dropout_mask_for_two"}),  # issue 44: t varied by the visible tests
     reexports={
         "alias_block": ("check_sp_block", "from parlab.tp.block import SPBlock"),
         "subclass_block": ("check_sp_block", """

@@ -1,7 +1,7 @@
 """Mistake: the vocabulary-parallel table keeps V // t rows per rank, as if t divided V.
 
 With V = 37 on 2 ranks each rank keeps 18 rows and id 36 belongs to nobody. Megatron-LM pads
-the vocabulary to a multiple of t instead (t * ceil(V / t) rows, the extra ones zero).
+the vocabulary to a multiple of t instead (t * ceil(V / t) rows; here the extra ones are zero).
 
 Replaces VocabParallelEmbedding (exercise 7); g is the learner's.
 """

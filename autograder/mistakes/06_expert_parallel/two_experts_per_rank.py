@@ -4,14 +4,14 @@ A rank holds shard.local = E / ep experts; with 3 experts on each of 3 ranks the
 longer split into blocks of 2, and the experts past the second never run. Every size must come
 from the shard (shard.local, shard.num_experts) and the group (dist.get_world_size()).
 
-Replaces ep_moe (exercise 3); passes the visible check (2 ranks, 2 experts each) and the hidden
-4-rank one, fails the hidden 3 × 3 one.
+Replaces ep_moe (exercise 3); passed every visible call (2 ranks, 2 experts each) and failed
+only a hidden 3 × 3 one; that call is visible now, and runs 2 experts per rank first.
 """
 
 import torch
 import torch.distributed as dist
 
-CAUGHT_BY = {"check_ep_moe_hidden": "the experts per rank are shard.local"}
+CAUGHT_BY = {"check_ep_moe_three_per_rank": "the experts per rank are shard.local"}
 
 
 def ep_moe(x, gates, experts, shard):

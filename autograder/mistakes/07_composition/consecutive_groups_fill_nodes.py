@@ -4,8 +4,8 @@ ceil(len(group) / gpus_per_node) nodes is right for a TP group only when TP divi
 size: TP groups of 2, 4 or 8 on nodes of 8 never straddle a boundary. With TP 3 on nodes of 8
 the group [6, 7, 8] touches nodes 0 and 1. Strided groups are counted correctly here.
 
-Replaces nodes_spanned (exercise 2; bytes_per_step, in the same cell, is right); passes the
-visible check, fails the hidden one on TP 3 and TP 6.
+Replaces nodes_spanned (exercise 2; bytes_per_step, in the same cell, is right); fails the
+visible check's TP 3 grid (ranks 3, 4, 5 on nodes of 4) and the hidden one on TP 3 and TP 6.
 """
 
 import math

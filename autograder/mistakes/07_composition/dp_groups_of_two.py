@@ -4,7 +4,8 @@ Written for the capstone's DP 2 × TP 2 (and right there, and on DP 2 × PP 2 ×
 groups of two whatever `sizes` says: with DP 3 × TP 2 on 6 ranks the DP group of rank 0 must be
 [0, 2, 4], not [0, 3]. The other axes come from axis_groups and are right.
 
-Replaces build_groups (exercise 1b); passes the visible 4-rank check, fails the hidden 6-rank one.
+Replaces build_groups (exercise 1b); fails the visible check's DP 4 grid on 4 ranks (groups
+[0, 2] and [1, 3], not all four) and the hidden 6-rank one.
 """
 
 import torch.distributed as dist

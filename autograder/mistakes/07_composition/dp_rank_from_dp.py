@@ -1,10 +1,11 @@
 """Mistake: this rank's DP coordinate is computed as rank // dp instead of rank // tp.
 
 With TP innermost, rank = dp_rank · tp + tp_rank, so dp_rank = rank // tp. On DP 2 × TP 2 the
-two are the same number, and every visible run passes; on DP 3 × TP 2 ranks 2 and 3 (one TP
-group) get different rows, and the loss leaves the single-device curve at step 0.
+two are the same number; on DP 4 × TP 1 (the visible SGD run) rank // 4 is 0 on every rank, so
+all four train on DP rank 0's rows, and the loss leaves the single-device curve at step 0 (on
+DP 3 × TP 2, hidden, ranks 2 and 3 of one TP group get different rows).
 
-Replaces train_dp_tp (exercise 4b); fails the hidden DP 3 × TP 2 run.
+Replaces train_dp_tp (exercise 4b); fails the visible DP 4 × TP 1 run.
 """
 
 import torch.distributed as dist
@@ -14,7 +15,7 @@ from parlab.capstone import make_optimizer, record_progress
 from parlab.model import GPT, batch, load_corpus
 from parlab.tp import TPBlock
 
-CAUGHT_BY = {"check_capstone_hidden": "take every size from the arguments"}
+CAUGHT_BY = {"check_capstone": "take every size from the arguments"}
 
 
 def train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None):

@@ -15,7 +15,7 @@ def precision_costs(b, s, h, t, d, n_params, *, precision):
     bsh = b * s * h
     return {
         "activations": 34 * x / 2 * bsh / t,  # wrong: only the GEMM inputs halve
-        "tp_all_gather": 4 * (t - 1) / t * bsh * x,
+        "tp_all_gather": 6 * (t - 1) / t * bsh * x,
         "tp_reduce_scatter": 4 * (t - 1) / t * bsh * 2,
         "zero3_all_gather": 2 * (d - 1) / d * n_params * x,
         "zero3_reduce_scatter": (d - 1) / d * n_params * 2,

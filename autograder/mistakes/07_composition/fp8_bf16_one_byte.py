@@ -14,7 +14,7 @@ def precision_costs(b, s, h, t, d, n_params, *, precision):
     bsh = b * s * h
     return {
         "activations": (34 if precision == "bf16" else 27) * bsh / t,
-        "tp_all_gather": 4 * (t - 1) / t * bsh * x,
+        "tp_all_gather": 6 * (t - 1) / t * bsh * x,
         "tp_reduce_scatter": 4 * (t - 1) / t * bsh * 1,
         "zero3_all_gather": 2 * (d - 1) / d * n_params * x,
         "zero3_reduce_scatter": (d - 1) / d * n_params * 1,

@@ -8,7 +8,7 @@ right, so the check gets to the FP8 call).
 Replaces precision_costs (the FP8 exercise, section 5).
 """
 
-CAUGHT_BY = {"check_fp8": "the reduce-scatters in FP8 too"}
+CAUGHT_BY = {"check_fp8": "reduce-scatters in FP8 too"}
 
 
 def precision_costs(b, s, h, t, d, n_params, *, precision):
@@ -16,7 +16,7 @@ def precision_costs(b, s, h, t, d, n_params, *, precision):
     bsh = b * s * h
     return {
         "activations": (34 - 14 * (2 - x) / 2) * bsh / t,
-        "tp_all_gather": 4 * (t - 1) / t * bsh * x,
+        "tp_all_gather": 6 * (t - 1) / t * bsh * x,
         "tp_reduce_scatter": 4 * (t - 1) / t * bsh * x,  # wrong: GEMM outputs stay bf16
         "zero3_all_gather": 2 * (d - 1) / d * n_params * x,
         "zero3_reduce_scatter": (d - 1) / d * n_params * x,  # wrong: gradients stay bf16

@@ -15,7 +15,7 @@ def precision_costs(b, s, h, t, d, n_params, *, precision):
     bsh = b * s * h
     return {
         "activations": (34 if precision == "bf16" else 27) * bsh / t,
-        "tp_all_gather": 4 * bsh * x,  # wrong: each rank sends (t-1)/t of it
+        "tp_all_gather": 6 * bsh * x,  # wrong: each rank sends (t-1)/t of it
         "tp_reduce_scatter": 4 * bsh * 2,
         "zero3_all_gather": 2 * n_params * x,
         "zero3_reduce_scatter": n_params * 2,

@@ -2,8 +2,9 @@
 
 dist.new_group is a collective over the whole world (the default group): every rank must call
 it for every group, in the same order, even for the groups it is not in. Skipping the others
-leaves the ranks' calls out of step, so they wait on one another and the run hangs (the check
-stops it at its timeout, 20 s).
+leaves the ranks' calls out of step, so they wait on one another and the run hangs; the
+launcher stops it as soon as every rank waits for a call another never makes (about a second,
+where it used to take the check's timeout, 20 s).
 
 Replaces build_groups (exercise 1).
 """

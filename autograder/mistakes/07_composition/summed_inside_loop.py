@@ -2,8 +2,9 @@
 
 The all-reduce is over the right group but never divided by dp, so every gradient is d times
 the single-device one. AdamW divides each gradient by its own running size, so the AdamW run
-still follows the single-device losses and the visible check passes; the hidden pass repeats
-the run with plain SGD, where a doubled gradient is a doubled step.
+still follows the single-device losses; the visible test's second run uses plain SGD on DP 4,
+where a gradient four times too large is a step four times too large (step 0's loss, before
+any update, still matches).
 
 Replaces train_dp_tp (exercise 4), without calling sync_gradients (whose own check would catch
 the sum).
@@ -16,7 +17,7 @@ from parlab.capstone import make_optimizer, record_progress
 from parlab.model import GPT, batch, load_corpus
 from parlab.tp import TPBlock
 
-CAUGHT_BY = {"check_capstone_hidden": "under SGD a summed gradient doubles every step"}
+CAUGHT_BY = {"check_capstone": "under SGD a summed gradient makes every step d times"}
 
 
 def train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None):

@@ -1,9 +1,10 @@
 """Mistake: sync_gradients divides the all-reduced gradients by 2, the DP size of the capstone.
 
-Right on DP 2 × TP 2, where the visible check runs; on DP 3 the sum of three gradients
-divided by 2 is 1.5 times the mean. The DP group's size is dist.get_world_size(dp_group).
+Right on DP 2 × TP 2; on DP 4 × TP 1 (the visible check's second grid) the sum of four
+gradients divided by 2 is twice the mean, on DP 3 (hidden) 1.5 times. The DP group's size is
+dist.get_world_size(dp_group).
 
-Replaces sync_gradients (exercise 4a); fails the hidden check on DP 3 × TP 2.
+Replaces sync_gradients (exercise 4a); fails the visible check on DP 4 × TP 1.
 """
 
 import torch.distributed as dist

@@ -1,12 +1,12 @@
 """Mistake: the DP rank computed with TP hard-coded to 2 (rank // 2): right on the DP 2 × TP 2
-grid of the first run, wrong on DP 1 × TP 4, where every rank is DP rank 0 and the rows
-rank // 2 picks are not there.
+grid of the first run, wrong on DP 4 × TP 1 (the visible SGD run), where ranks 0 and 1 both
+take DP rank 0's rows, and on DP 1 × TP 4 (hidden), where every rank is DP rank 0.
 
 Replaces train_dp_tp (the capstone exercise)."""
 
 # ruff: noqa: F821 - the names come from the notebook's imports cell
 
-CAUGHT_BY = {"check_capstone": "DP 1 × TP 4"}
+CAUGHT_BY = {"check_capstone": "DP 4 × TP 1"}
 
 
 def train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None):

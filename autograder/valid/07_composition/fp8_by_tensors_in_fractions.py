@@ -23,7 +23,7 @@ def precision_costs(b, s, h, t, d, n_params, *, precision):
     p = Fraction(n_params)
     return {
         "activations": sum(n * nbytes for n, nbytes in kept) * sbh / t,
-        "tp_all_gather": 4 * ring_t * sbh * gemm,
+        "tp_all_gather": 6 * ring_t * sbh * gemm,  # 2 forward, 2 re-gathers, 2 gradients
         "tp_reduce_scatter": 4 * ring_t * sbh * 2,
         "zero3_all_gather": 2 * ring_d * p * gemm,
         "zero3_reduce_scatter": ring_d * p * 2,

@@ -50,11 +50,17 @@ def assert_close(got: Any, expected: torch.Tensor, *, name: str, rank: int | Non
     broken = ~torch.isfinite(got_f) & torch.isfinite(exp_f)
     if bool(broken.any()):
         idx = tuple(int(i) for i in torch.nonzero(broken)[0])
-        fail(f"{name} holds {int(broken.sum())} NaN or infinite entries of {broken.numel()}, "
-             f"first at index {idx} (got {got_f[idx].item()}, expected {exp_f[idx].item():.6g})",
-             rank=rank, hint=hint or "a NaN usually comes from exp(-inf - (-inf)) or 0/0: a "
-             "row whose scores are all masked, or a maximum taken over nothing")
+        what = (f"{name} is {got_f.item()}, expected {exp_f.item():.8g}" if exp_f.dim() == 0
+                else f"{name} holds {int(broken.sum())} NaN or infinite entries of "
+                f"{broken.numel()}, first at index {idx} (got {got_f[idx].item()}, expected "
+                f"{exp_f[idx].item():.6g})")
+        fail(what, rank=rank, hint=hint or "a NaN usually comes from exp(-inf - (-inf)) or "
+             "0/0: a row whose scores are all masked, or a maximum taken over nothing")
     bad = ~torch.isclose(got_f, exp_f, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(bad.any()) and exp_f.dim() == 0:  # one number: no entries, no index
+        g, e = got_f.item(), exp_f.item()
+        fail(f"{name} is {g:.8g}, expected {e:.8g}: off by {g - e:+.3g} ({_relative(g, e)}; "
+             f"tolerance rtol={rtol:g}, atol={atol:g})", rank=rank, hint=hint)
     if bool(bad.any()):
         diff = (got_f - exp_f).abs().nan_to_num(posinf=1e300).masked_fill(~bad, -1)
         idx = tuple(int(i) for i in torch.nonzero(diff == diff.max())[0])
@@ -62,6 +68,16 @@ def assert_close(got: Any, expected: torch.Tensor, *, name: str, rank: int | Non
              f"entries; worst at index {idx}: expected {exp_f[idx].item():.6g}, got "
              f"{got_f[idx].item():.6g} (tolerance rtol={rtol:g}, atol={atol:g})",
              rank=rank, hint=hint)
+
+
+def _relative(got: float, expected: float) -> str:
+    """'2.5% of the expected value', or 'got/expected = -1' where a ratio reads better."""
+    if expected == 0:
+        return "the expected value is 0"
+    ratio = got / expected
+    if abs(ratio - 1) < 0.5:
+        return f"{100 * abs(got - expected) / abs(expected):.3g}% of the expected value"
+    return f"got/expected = {ratio:.4g}"
 
 
 def assert_equal(got: Any, expected: Any, *, name: str, rank: int | None = None,

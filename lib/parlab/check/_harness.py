@@ -1,7 +1,8 @@
 """How every graded check runs learner code: one call wrapper, one rank runner, one refusal.
 
 - `call_learner(stage, fn, *args)`: call the learner's code (in a rank or in the kernel); a
-  crash becomes `CheckFailed` naming the stage and the rank, with the learner's own frames.
+  crash becomes `CheckFailed` naming the stage and the rank, with the learner's own frames
+  (and, for a collective's list of the wrong length, to read the world size).
   `refuse=` names references the answer must not use while it runs (`parlab.errors.refused`).
 - `run_checked(worker, world_size, ...)`: run a check's worker on ranks through
   `parlab.launch.run` with a timeout well below nbgrader's cell timeout. A hang becomes
@@ -32,15 +33,20 @@ from parlab import launch
 from parlab.check._compare import fail
 from parlab.errors import CheckFailed, NotWritten, Readable, reference_message, refused
 
-__all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "TRUSTED_KEYS", "ranks", "run_checked",
-           "call_learner",
-           "refuse_in_rank", "not_reexport", "not_reference", "on_learner_side", "exercise",
-           "reset_outcomes", "env", "cpu"]
+__all__ = ["CHECK_TIMEOUT_S", "SHAPE_ERRORS", "WORLD_ERRORS", "TRUSTED_KEYS", "ranks",
+           "run_checked", "call_learner", "refuse_in_rank", "not_reexport", "not_reference",
+           "on_learner_side", "exercise", "reset_outcomes", "env", "cpu"]
 
 CHECK_TIMEOUT_S = 20.0  # launcher timeout of a graded check; nbgrader's cell timeout is 60 s
 SHAPE_ERRORS = ("size of tensor", "shapes cannot be", "must match the size", "shape '[",
                 "Sizes of tensors must match", "invalid gradient", "tensor list size")
 """Phrases of torch's errors when tensors do not fit: a learner's shard or layout is off."""
+WORLD_ERRORS = ("invalid output tensor list", "invalid input tensor list",
+                "number of collective participants")
+"""Phrases of gloo's and NCCL's errors when a collective's list of tensors does not hold one
+per rank: the world size written in."""
+WORLD_HINT = ("a collective's list holds one tensor per rank: read W from "
+              "dist.get_world_size(), never a number (the check ran on {world} ranks)")
 F = TypeVar("F", bound=Callable[..., Any])
 TRUSTED_KEYS = frozenset({"ref", "column_row"})
 """Keys of a worker's result that hold the reference's values, computed in the rank: the
@@ -73,17 +79,22 @@ def call_learner(stage: str, fn: Callable[..., Any], *args: Any, hint: str | Non
                  refusal: str = "the course's reference") -> Any:
     """Run learner code; a crash becomes CheckFailed naming the stage and the rank, with
     `hint`, or `shape_hint` when torch says tensors do not fit. A stub's NotImplementedError
-    and a CheckFailed pass through as they are. Inside the call, `refuse` raise CheckFailed."""
+    (raised by the learner's own code, not torch's) and a CheckFailed pass through as they
+    are. Inside the call, `refuse` raise CheckFailed."""
     try:
         with refused(refuse, reference_message(refusal)):
             return fn(*args)
-    except (NotImplementedError, CheckFailed):
+    except CheckFailed:
         raise
-    except Exception as exc:  # noqa: BLE001 - reported to the learner
+    except Exception as exc:
+        if NotWritten.is_stub(exc):  # the release's stub: not a wrong answer
+            raise  # noqa: BLE001 - reported to the learner
         text = str(exc)
+        rank = _rank()
+        if hint is None and rank is not None and any(s in text for s in WORLD_ERRORS):
+            hint = WORLD_HINT.format(world=_world())
         if hint is None and shape_hint and any(s in text for s in SHAPE_ERRORS):
             hint = "a shape does not fit; " + shape_hint
-        rank = _rank()
         fail(f"{stage} raised {type(exc).__name__}: {text}", rank=rank,
              hint=hint or "read the error and your code below; the check ran it on "
              + (f"{_world()} ranks" if rank is not None else "one process"))
@@ -170,8 +181,7 @@ def reset_outcomes() -> None:
 def _unwritten(exc: BaseException) -> bool:
     """The learner has not written this answer yet: the release's stub raised, here or in a
     rank."""
-    return isinstance(exc, NotImplementedError) or getattr(exc, "exc_type", "") == \
-        "NotImplementedError"
+    return NotWritten.is_stub(exc) or bool(getattr(exc, "unwritten", False))
 
 
 def exercise(key: str, *, needs: Mapping[str, str] | None = None) -> Callable[[F], F]:

@@ -3,18 +3,23 @@ r"""Graded checks of module 07, exercise 4: the capstone, a tiny GPT trained DP 
 `sync_gradients(model, dp_group)`: every gradient averaged over the DP group. Probed with
 rank-valued gradients on the grid of `parlab.mesh` (TP innermost): rank r's gradients are r + 1
 everywhere. On DP 2 × TP 2 (DP groups {0, 2} and {1, 3}) the average is 2 on ranks 0 and 2 and
-3 on ranks 1 and 3; a sum gives 4 and 6, an all-reduce over the whole world 2.5. The hidden
-check adds DP 3 × TP 2 (groups {0, 2, 4} and {1, 3, 5}: 3 and 4), where dividing by a fixed 2
-shows. A parameter without a gradient must keep none.
+3 on ranks 1 and 3; a sum gives 4 and 6, an all-reduce over the whole world 2.5. The visible
+check adds DP 4 × TP 1 (one group of all four: 2.5), where dividing by a fixed 2 shows; the
+hidden check runs DP 3 × TP 2 (groups {0, 2, 4} and {1, 3, 5}: 3 and 4). A parameter without a
+gradient must keep none. A right answer must not depend on the DP size (2, 3, 4), on whether
+the DP group is the whole world (TP 1) or not, or on the parameters' shapes.
 
 `train_dp_tp(cfg, steps, *, dp, tp, batch_size, lr, progress_file=None) -> list[float]`: the
 whole training loop on each rank. Compared with `parlab.capstone.train_single` at every step
-within `parlab.capstone.TOLERANCE`: visible, 12 AdamW steps of DP 2 × TP 2; hidden, also 4 SGD
-steps of DP 2 × TP 2 and 2 AdamW steps of DP 3 × TP 2 on a batch of 6 (6 ranks), where an
-answer that takes dp or tp to be 2 leaves the curve. parlab.comm's tracer checks the shape of
-the work, because a model that is not split at all also matches the loss: the TP group must
-all-reduce activations of shape (batch_size/dp, seq, hidden) at least twice per layer and
-step, and the DP group must carry at least this rank's gradients every step.
+within `parlab.capstone.TOLERANCE`: visible, 12 AdamW steps of DP 2 × TP 2 and 2 SGD steps of
+DP 4 × TP 1; hidden, 2 SGD steps of DP 1 × TP 4 and 2 AdamW steps of DP 3 × TP 2 on a batch of
+6 (6 ranks). A right answer must not depend on dp or tp (an answer that takes either to be 2,
+or dp_rank to be rank // dp, leaves the curve on DP 4 × TP 1), on the optimizer (a summed
+gradient passes under AdamW; the visible SGD run has d = 4), or on the batch size.
+parlab.comm's tracer checks the shape of the work, because a model that is not split at all also
+matches the loss: the TP group must all-reduce activations of shape (batch_size/dp, seq,
+hidden) at least twice per layer and step, and the DP group must carry at least this rank's
+gradients every step.
 
 The SGD pass is a substitution, not a refusal: inside `optimizer("sgd")`,
 `parlab.capstone.make_optimizer` (which the exercise tells the learner to call, and which
@@ -49,8 +54,11 @@ REFUSAL = ("parlab.capstone's loop or parlab.mesh's grid (write it from your bui
 AVERAGE = ("divide by the DP group's size after the all-reduce: the single-device gradient is "
            "the mean over the whole batch, and each DP rank's is the mean over its share")
 WRONG_GROUP = "all-reduce over dp_group only, not the default (whole-world) group"
-FIXED_TWO = ("divide by dist.get_world_size(dp_group), the DP group's size (3 here), not by a "
-             "fixed 2")
+FIXED_TWO = ("divide by dist.get_world_size(dp_group), the DP group's size ({dp} here), not by "
+             "a fixed 2")
+SUMMED_SGD = ("the gradients summed over DP, not averaged: AdamW hides it (it divides each "
+              "gradient by its own running size), but under SGD a summed gradient makes every "
+              "step d times too large")
 HANG = ("every rank must make the same collective calls in the same order: create every group "
         "on every rank (exercise 1b), call sync_gradients and the loss's all-reduce on every "
         "rank, every step")
@@ -75,11 +83,12 @@ class Run(NamedTuple):
                 f"× TP {self.tp} (batch {self.batch})")
 
 
-RUNS = {"visible": [Run("adamw", 2, 2, 8, 12), Run("sgd", 1, 4, 4, 2)],
-        "hidden": [Run("sgd", 2, 2, 8, 4), Run("adamw", 3, 2, 6, 2)]}
+RUNS = {"visible": [Run("adamw", 2, 2, 8, 12), Run("sgd", 4, 1, 8, 2)],
+        "hidden": [Run("sgd", 1, 4, 4, 2), Run("adamw", 3, 2, 6, 2)]}
 """What check_capstone runs: the visible test, and (quiet=True, the hidden test, which runs
-right after the visible one in the same cell) the hidden runs only. Both vary dp and tp
-(the exercise leaves them free): an answer that hard-codes one fails the visible test."""
+right after the visible one in the same cell) the hidden runs only. Both vary dp, tp and the
+optimizer (the exercise leaves them free): an answer that hard-codes a size, or sums its
+gradients over DP, fails the visible test (SGD on DP 4)."""
 
 
 def _references() -> list[Callable[..., Any]]:
@@ -131,13 +140,20 @@ def _sync_probe(sync_gradients: Callable[..., None], dp: int, tp: int) -> dict[s
 
 
 def _sync_hint(got: float, rank: int, dp: int, tp: int) -> str | None:
+    """Every likely mistake that gives `got` here, joined by "either ... or" (two can agree:
+    with TP 1 the whole world is the DP group)."""
     members = [r for r in range(dp * tp) if r % tp == rank % tp]  # this rank's DP group
     total = float(sum(r + 1 for r in members))
-    world = sum(range(1, dp * tp + 1))
-    wrong = {total: AVERAGE, total / 2: FIXED_TWO if dp != 2 else AVERAGE,
-             world / (dp * tp): WRONG_GROUP, float(world): WRONG_GROUP,
-             world / dp: WRONG_GROUP}
-    return next((h for v, h in wrong.items() if abs(got - v) < 1e-9), None)
+    world = float(sum(range(1, dp * tp + 1)))
+    wrong = [(total, AVERAGE)]
+    if dp != 2:
+        wrong.append((total / 2, FIXED_TWO.format(dp=dp)))
+    if tp > 1:  # the whole world is another group than the DP group
+        wrong += [(world / (dp * tp), WRONG_GROUP), (world, WRONG_GROUP),
+                  (world / dp, WRONG_GROUP)]
+    found = list(dict.fromkeys(h for v, h in wrong if abs(got - v) < 1e-9))
+    return None if not found else found[0] if len(found) == 1 else (
+        "either " + ", or ".join(found))
 
 
 def _check_sync(sync_gradients: Callable[..., None], dp: int, tp: int) -> None:
@@ -163,13 +179,14 @@ def _check_sync(sync_gradients: Callable[..., None], dp: int, tp: int) -> None:
 
 @exercise(KEYS["sync_gradients"])
 def check_sync_gradients(sync_gradients: Callable[..., None], *, quiet: bool = False) -> None:
-    """sync_gradients with rank-valued gradients on DP 2 × TP 2; quiet=True (the hidden test,
-    run right after the visible one) on DP 3 × TP 2 instead."""
+    """sync_gradients with rank-valued gradients on DP 2 × TP 2 and DP 4 × TP 1; quiet=True
+    (the hidden test, run right after the visible one) on DP 3 × TP 2 instead."""
     not_reexport(sync_gradients, name="sync_gradients")
-    dp, tp = (3, 2) if quiet else (2, 2)
-    _check_sync(sync_gradients, dp, tp)
+    for dp, tp in [(3, 2)] if quiet else [(2, 2), (4, 1)]:
+        _check_sync(sync_gradients, dp, tp)
     if not quiet:
-        print("sync_gradients OK: each DP group's gradients averaged, the TP groups' untouched")
+        print("sync_gradients OK on DP 2 × TP 2 and DP 4 × TP 1: each DP group's gradients "
+              "averaged, the TP groups' untouched")
 
 
 # --- exercise 4b: the training loop -----------------------------------------------------------
@@ -225,10 +242,17 @@ def _compare(losses: Any, reference: list[float], run: Run) -> None:
             hint = ("see the list of steps in the exercise: the usual culprits are a missing "
                     "sync_gradients, both DP ranks on the same rows, or a loss that is not "
                     "averaged over the DP group")
-            if (run.dp, run.tp) != (2, 2):
+            if run.kind == "sgd" and step > 0 and run.dp > 1:
+                # the losses agreed until the first update: the update is off
+                hint = (f"the loss matched at step 0 and not after the first update: either "
+                        f"{SUMMED_SGD}, or " + (
+                            "the gradients divided by a fixed number, not by dp"
+                            if (run.dp, run.tp) == (2, 2) else
+                            "something depends on the sizes: take every size from the "
+                            "arguments (dp_rank = rank // tp, b = batch_size // dp, the "
+                            "gradients and the loss averaged over dp), never a fixed 2"))
+            elif (run.dp, run.tp) != (2, 2):
                 hint = _sizes_hint(run) + "; " + hint
-            elif run.kind == "sgd":
-                hint = AVERAGE + " (under SGD a summed gradient doubles every step)"
             fail(f"train_dp_tp with {run.describe()}, step {step}: loss {float(got):.6f}, "
                  f"single device {want:.6f}, difference {abs(float(got) - want):.2e} > "
                  f"tolerance {TOLERANCE:g}", hint=hint)
@@ -266,5 +290,6 @@ def check_capstone(train_dp_tp: Callable[..., list], *, quiet: bool = False) -> 
     for run in RUNS["hidden" if quiet else "visible"]:
         _check_run(train_dp_tp, run)
     if not quiet:
-        print(f"train_dp_tp OK: {RUNS['visible'][0].describe()} match the single-device "
-              "losses, with the blocks split and the gradients synced")
+        print(f"train_dp_tp OK: {RUNS['visible'][0].describe()} and "
+              f"{RUNS['visible'][1].describe()} match the single-device losses, with the "
+              "blocks split and the gradients synced")

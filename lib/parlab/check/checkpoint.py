@@ -7,11 +7,17 @@ torch.distributed.checkpoint itself loads: t_old ranks save their pieces as DTen
 new rank r's loaded tensors are the expected piece r. One launch of 4 ranks answers every case
 (each case saves from a subgroup of t_old ranks and loads on one of t_new).
 
-Visible: t 2 -> 4 along dim 0 (a column-parallel weight). Hidden: 4 -> 2 along dim 1 (a
-row-parallel one), 2 -> 3 and 4 -> 3 (3 divides neither 2 nor 4: no answer that splits or
-merges neighbours passes), 3 -> 4 along dim 1. Every case: inputs unchanged after the call,
-every returned tensor owns its memory (a view of an assembled whole keeps the whole alive on
-every rank), and DCP and parlab's own resharding refused while the answer runs.
+Every case: inputs unchanged after the call, every returned tensor owns its memory (a view of
+an assembled whole keeps the whole alive on every rank), of the old pieces' dtype, and DCP and
+parlab's own resharding refused while the answer runs.
+
+What a right answer must not depend on, and how the tests vary it:
+
+- t_old and t_new: visible 2 -> 4 (split), 4 -> 2 (merge) and 2 -> 3 (3 divides neither: no
+  answer that splits or merges neighbours passes); hidden 4 -> 3, 3 -> 4 and 3 -> 2;
+- the dim TP split: 0 (a column-parallel weight) and 1 (a row-parallel one), both visible;
+- the shape (never square) and the dtype: float32, bfloat16 (visible) and float64 (hidden),
+  the new pieces in the old pieces' dtype, as DCP loads them.
 """
 
 from __future__ import annotations
@@ -31,15 +37,16 @@ from parlab.check._compare import assert_owns_only, assert_unchanged, expect_typ
 from parlab.check._harness import call_learner, exercise, not_reexport, run_checked
 from parlab.compose.checkpoint import load_state, save_state
 from parlab.compose.shards import reshard_pieces
-from parlab.scratch import scratch_dir
+from parlab.launch.scratch import scratch_dir
 
 __all__ = ["check_reshard", "CASES", "HIDDEN", "KEYS", "make_pieces", "dcp_reference"]
 
 KEYS = ("weight", "exp_avg", "exp_avg_sq")
-Case = tuple[int, int, int, tuple[int, int]]  # t_old, t_new, dim, whole shape
-CASES: list[Case] = [(2, 4, 0, (8, 6))]
-HIDDEN: list[Case] = [(4, 2, 1, (6, 8)), (2, 3, 0, (12, 5)), (4, 3, 0, (12, 4)),
-                      (3, 4, 1, (5, 12))]
+Case = tuple[int, int, int, tuple[int, int], torch.dtype]  # t_old, t_new, dim, shape, dtype
+CASES: list[Case] = [(2, 4, 0, (8, 6), torch.float32), (4, 2, 1, (6, 8), torch.float32),
+                     (2, 3, 0, (12, 5), torch.bfloat16)]
+HIDDEN: list[Case] = [(4, 3, 0, (12, 4), torch.float32), (3, 4, 1, (5, 12), torch.float64),
+                      (3, 2, 1, (4, 6), torch.bfloat16)]
 REFUSED = [dcp.save, dcp.load, getattr(dcp.save, "__wrapped__", dcp.save),
            getattr(dcp.load, "__wrapped__", dcp.load), DTensor.redistribute, DTensor.full_tensor,
            distribute_tensor, reshard_pieces, load_state, save_state]
@@ -47,23 +54,24 @@ WORLD = 4
 
 
 def _name(case: Case) -> str:
-    t_old, t_new, dim, shape = case
-    return f"t = {t_old} -> {t_new} along dim {dim} (whole tensor {shape})"
+    t_old, t_new, dim, shape, dtype = case
+    kind = "" if dtype == torch.float32 else f", {str(dtype).removeprefix('torch.')}"
+    return f"t = {t_old} -> {t_new} along dim {dim} (whole tensor {shape}{kind})"
 
 
 def make_pieces(case: Case, seed: int) -> list[dict[str, Tensor]]:
     """t_old pieces of a random weight and its moments (exp_avg_sq > 0, as Adam's is)."""
-    t_old, _, dim, shape = case
+    t_old, _, dim, shape, dtype = case
     g = torch.Generator().manual_seed(seed)
-    whole = {"weight": torch.randn(shape, generator=g),
-             "exp_avg": 1e-3 * torch.randn(shape, generator=g),
-             "exp_avg_sq": 1e-6 * torch.rand(shape, generator=g)}
+    whole = {"weight": torch.randn(shape, generator=g).to(dtype),
+             "exp_avg": (1e-3 * torch.randn(shape, generator=g)).to(dtype),
+             "exp_avg_sq": (1e-6 * torch.rand(shape, generator=g)).to(dtype)}
     return [{k: v.chunk(t_old, dim)[r].clone() for k, v in whole.items()} for r in range(t_old)]
 
 
 def _dcp_case(case: Case, pieces: list[dict[str, Tensor]], path: str) -> dict[str, Tensor] | None:
     """On every rank: save from ranks < t_old, load on ranks < t_new; this rank's loaded piece."""
-    t_old, t_new, dim, shape = case
+    t_old, t_new, dim, shape, dtype = case
     rank, whole = dist.get_rank(), torch.empty(shape, device="meta")
     old, new = dist.new_group(list(range(t_old))), dist.new_group(list(range(t_new)))
     if rank < t_old:
@@ -77,7 +85,7 @@ def _dcp_case(case: Case, pieces: list[dict[str, Tensor]], path: str) -> dict[st
     mesh = DeviceMesh.from_group(new, "cpu")
     local = list(shape)
     local[dim] //= t_new
-    out = {k: torch.zeros(local) for k in KEYS}
+    out = {k: torch.zeros(local, dtype=dtype) for k in KEYS}
     dcp.load({k: DTensor.from_local(out[k], mesh, [Shard(dim)], run_check=False,
                                     shape=whole.shape, stride=whole.stride()) for k in KEYS},
              checkpoint_id=path, process_group=new)
@@ -116,7 +124,7 @@ def _reference(cases: list[Case], seeds: list[int]) -> list[list[dict[str, Tenso
 
 
 def _diagnose(case: Case, got: dict, want: list[dict], r: int, key: str) -> str:
-    t_old, t_new, dim, shape = case
+    t_old, t_new, dim, shape, _ = case
     n, m = shape[dim] // t_old, shape[dim] // t_new
     if key != "weight" and torch.equal(got["weight"], want[r]["weight"]):
         return (f"your weight is right but not its {key}: Adam's moments are cut exactly like "
@@ -130,7 +138,7 @@ def _diagnose(case: Case, got: dict, want: list[dict], r: int, key: str) -> str:
 
 
 def _shape_hint(case: Case, got: tuple[int, ...], key: str, weight_ok: bool) -> str:
-    t_old, t_new, dim, shape = case
+    t_old, t_new, dim, shape, _ = case
     old = list(shape)
     old[dim] //= t_old
     if weight_ok:
@@ -156,7 +164,7 @@ def _shape_hint(case: Case, got: tuple[int, ...], key: str, weight_ok: bool) -> 
 
 
 def _compare(case: Case, got: Any, want: list[dict[str, Tensor]]) -> None:
-    t_old, t_new, dim, shape = case
+    t_old, t_new, dim, shape, dtype = case
     name = _name(case)
     expect_type(got, (list, tuple), name=f"reshard(..., t_new={t_new})",
                 what=f"a list of {t_new} dicts, one per new rank")
@@ -178,6 +186,12 @@ def _compare(case: Case, got: Any, want: list[dict[str, Tensor]]) -> None:
                      hint=_shape_hint(case, tuple(piece[key].shape), key,
                                       key != "weight" and torch.equal(piece["weight"],
                                                                       want[r]["weight"])))
+            if piece[key].dtype != expected.dtype:
+                fail(f"{name}: new rank {r}'s {key} is {piece[key].dtype}, DCP loads "
+                     f"{expected.dtype}, the old pieces' dtype",
+                     hint="make each new piece with the old pieces' dtype: "
+                          "old.new_empty(shape), or torch.empty(shape, dtype=old.dtype); "
+                          "torch.zeros(shape) alone makes float32")
             if not torch.equal(piece[key], expected):
                 fail(f"{name}: new rank {r}'s {key} differs from what DCP loads for rank {r}",
                      hint=_diagnose(case, piece, want, r, key))
@@ -204,5 +218,6 @@ def check_reshard(reshard: Callable[..., Any], *, quiet: bool = False) -> None:
     for case, got, expected in zip(cases, answers, _reference(cases, seeds), strict=True):
         _compare(case, got, expected)
     if not quiet:
-        print(f"reshard: {_name(CASES[0])} equals DCP's own load on every new rank, the weight "
-              "and both moments; the hidden tests add 4 -> 2, 2 -> 3, 4 -> 3 and 3 -> 4")
+        shown = "; ".join(_name(c) for c in CASES)
+        print(f"reshard equals DCP's own load on every new rank, the weight and both moments: "
+              f"{shown}; the hidden tests add 4 -> 3, 3 -> 4 and 3 -> 2")

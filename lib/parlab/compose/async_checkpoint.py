@@ -14,12 +14,20 @@ async_save` splits it in two:
 1. staging, in the caller: a copy of the state dict to host memory (`FileSystemWriter` is a
    `BlockingAsyncStager`: `_create_cpu_state_dict` then a copy, so later updates of the
    parameters never reach the snapshot);
-2. the save proper, in a background thread (`AsyncCheckpointerType.THREAD`; `PROCESS` runs it
-   in a separate process): DCP's planning (a gather and a scatter of the ranks' plans over
-   `process_group`), every rank's file, then `.metadata` on rank 0. It returns a
-   `concurrent.futures.Future`.
+2. the rest of the save, in a background thread (`AsyncCheckpointerType.THREAD`; `PROCESS`
+   runs it in a separate process), as `_save_state_dict` in torch 2.13's
+   `torch/distributed/checkpoint/state_dict_saver.py` does it over `process_group`: DCP's
+   planning (each rank's plan gathered to rank 0, the global plan scattered back), every
+   rank's file, then the write results gathered to rank 0, which writes `.metadata` from
+   them, and the outcome (the metadata, or any rank's failure) broadcast to every rank. It
+   returns a `concurrent.futures.Future`.
 
-The loop stalls only for the copy. Two rules come with it:
+The loop stalls only for the copy. torchtitan's `checkpoint.async_mode` is this call, over a
+gloo group of its own. Megatron-LM's `--async-save` is the same idea with its own writer
+(`megatron.core.dist_checkpointing`): it plans in the training loop, writes the files in a
+background worker process (`FileSystemWriterAsync`), and finishes each save later in the loop
+(`maybe_finalize_async_save`: the write results gathered to rank 0, the metadata written, a
+failure flag broadcast, then the tracker file). Two rules come with `dcp.async_save`:
 
 - the background save talks over its own process group: a gloo group made for it, never the
   training's (under NCCL the training's group is CUDA's, and two threads calling

@@ -17,12 +17,21 @@ So each rank sums the squares of the pieces it *owns*, those with coordinate 0 a
 the piece is copied over (tp if `tp_dim` is None, ep if `ep_dim` is None, dp and cp always;
 the tied copy never: stage 0 holds it), and one all-reduce of that scalar over the world gives
 every rank $\|g\|_2^2$. Why the world: every rank must scale its gradients by the same
-coefficient, so every rank needs the same total. The dp·cp replicas hold equal gradients after
-the DP mean, so Megatron-LM's `get_grad_norm_fp32` all-reduces over the model-parallel group
-only (each replica computes the same total); this grid has no such group (pp × ep × tp at one dp,
-cp), and a scalar all-reduce costs its latency, not its bytes, so the world with the dp·cp
-copies masked out gives the same number. torchtitan gets it from DTensor instead: each
-parameter's norm over its placements (`full_tensor()`), then the pipeline's stages added.
+coefficient, so every rank needs the same total.
+
+Megatron-LM (`get_grad_norm_fp32`, megatron/core/optimizer/clip_grads.py) drops the TP
+duplicates and the shared embedding's second copy, then all-reduces the squares over its
+optimizer's `get_grad_stats_parallel_group()`: without the distributed optimizer, the
+model-parallel group (the replicas hold equal gradients after the DP all-reduce, so each
+computes the same total by itself); with it, the world (every rank of the distributed-optimizer
+instance, `DistributedOptimizer.get_grad_stats_parallel_group` in distrib_optimizer.py), since
+after the reduce-scatter each DP rank holds a slice of its own and every rank's squares count.
+Here the dp·cp replicas hold copies, so the world with them masked out gives the same number,
+and a scalar all-reduce costs its latency, not its bytes. torchtitan (`clip_grad_norm_`,
+torchtitan/distributed/utils.py) calls `torch.nn.utils.get_total_norm` once on all the
+gradients, which returns a DTensor still to be reduced; one `full_tensor()` reduces it over the
+mesh dimensions the gradients are split on; with pipeline parallelism it then all-reduces
+$\|g\|^p$ over the pipeline's group (`pp_mesh`) and takes the root: a sum over the stages.
 
 The ∞-norm, $\max_i |g_i|$, needs no owner: a maximum counts copies harmlessly, so it is an
 all-reduce with MAX over the world. Other p: $(\sum_i |g_i|^p)^{1/p}$, owners as for p = 2.

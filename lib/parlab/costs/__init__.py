@@ -6,14 +6,18 @@
   measures what autograd really saves.
 - `memory`: memory per device, by part, for each data-parallel strategy.
 - `precision`: what FP8 changes on the wire (TP's and ZeRO-3's bytes, collective by
-  collective); `activations` holds its memory side and the loss's fp32 logits.
+  collective); `activations` holds its memory side and the loss's fp32 logits. Also the
+  training state's bytes per parameter as the ZeRO paper, Megatron-LM, torchtitan and
+  DeepSeek-V3 keep it (`state_bytes_per_param`).
+- `hardware`: one constant per card (dense bf16 FLOP/s, memory), each with its datasheet.
 - `checkpointing`: the checkpoint interval against the failure rate, with the restart cost
   and synchronous or asynchronous saves (Young 1974, Daly 2006).
 - `roofline` (import it as `parlab.costs.roofline`): from measured seconds to the GPU check's
   FLOP/s, bytes/s and the FLOPs-per-byte threshold.
 
-Every function of `closed_forms`, `activations`, `memory`, `checkpointing` and `precision` is
-importable from here: `parlab.costs.ring_allreduce_bytes(...)`.
+Every function of `closed_forms`, `activations`, `memory`, `checkpointing` and `precision`, and
+the cards' constants of `hardware`, are importable from here:
+`parlab.costs.ring_allreduce_bytes(...)`, `parlab.costs.H100_BF16_FLOPS`.
 """
 
 from parlab.costs.activations import (
@@ -42,7 +46,6 @@ from parlab.costs.checkpointing import (
 )
 from parlab.costs.closed_forms import (
     ETHERNET_100G_BYTES_PER_S,
-    H100_BF16_FLOPS,
     NIC_400G_BYTES_PER_S,
     NVLINK_BIDIR_BYTES_PER_S,
     NVLINK_PER_DIRECTION_BYTES_PER_S,
@@ -71,11 +74,29 @@ from parlab.costs.closed_forms import (
     transfer_time,
     ulysses_bytes_per_layer,
 )
+from parlab.costs.hardware import (
+    A100_BF16_FLOPS,
+    CARDS,
+    GB200_BF16_FLOPS,
+    GB200_MEMORY_BYTES,
+    H100_BF16_FLOPS,
+    H100_MEMORY_BYTES,
+    H800_BF16_FLOPS,
+    HGX_B200_BF16_FLOPS,
+    HGX_B200_MEMORY_BYTES,
+)
 from parlab.costs.memory import GPUS, PARTS, activation_bytes, device_memory, state_breakdown
-from parlab.costs.precision import fsdp_bytes_by_collective, tp_bytes_by_collective
+from parlab.costs.precision import (
+    STATE_RECIPES,
+    fsdp_bytes_by_collective,
+    state_bytes_per_param,
+    tp_bytes_by_collective,
+)
 
 __all__ = [
-    "H100_BF16_FLOPS", "NVLINK_BIDIR_BYTES_PER_S", "NVLINK_PER_DIRECTION_BYTES_PER_S",
+    "H100_BF16_FLOPS", "H800_BF16_FLOPS", "A100_BF16_FLOPS", "GB200_BF16_FLOPS",
+    "HGX_B200_BF16_FLOPS", "H100_MEMORY_BYTES", "GB200_MEMORY_BYTES", "HGX_B200_MEMORY_BYTES",
+    "CARDS", "NVLINK_BIDIR_BYTES_PER_S", "NVLINK_PER_DIRECTION_BYTES_PER_S",
     "NIC_400G_BYTES_PER_S", "ETHERNET_100G_BYTES_PER_S", "STATE_BYTES_PER_PARAM", "STRATEGIES",
     "ring_allreduce_bytes", "ring_allgather_bytes", "ring_reduce_scatter_bytes",
     "all_to_all_bytes", "broadcast_bytes", "transfer_time", "alpha_beta_time",
@@ -89,5 +110,6 @@ __all__ = [
     "CHECKPOINT_BYTES_PER_PARAM", "SAVE_MODES", "Policy", "checkpoint_bytes",
     "checkpoint_overhead", "young_interval", "daly_interval", "optimal_overhead",
     "best_interval", "policy_overhead", "best_policy", "FP8_GEMM_INPUTS", "PRECISIONS",
-    "logits_bytes", "tp_bytes_by_collective", "fsdp_bytes_by_collective",
+    "logits_bytes", "tp_bytes_by_collective", "fsdp_bytes_by_collective", "STATE_RECIPES",
+    "state_bytes_per_param",
 ]

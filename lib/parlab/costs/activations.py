@@ -16,9 +16,12 @@ column-parallel GEMMs (QKV and fc1, the LayerNorm outputs) 4, the two hidden dro
 (these 10 are what TP leaves whole on every rank); Q, K, V and the output projection's input 8,
 the MLP's GeLU input and fc2 input 16 (these 24 TP splits); and $5as^2b$ of attention scores
 (softmax output 2, its dropout mask 1, the dropout output 2), which TP splits by heads. SP
-splits the 10 along the sequence. Megatron gets the GEMM inputs down to $1/t$ by keeping only
-the sequence shard and all-gathering it again in backward; a plain autograd version keeps the
-gathered tensor whole.
+splits the 10 along the sequence. The TP + SP row assumes what Megatron-LM and Transformer
+Engine do (Korthikanti et al., section 4.2.2): the QKV and fc1 GEMMs keep only the sequence
+shard of their input and all-gather it again in the backward pass, two more all-gathers a
+layer (`parlab.costs.precision.tp_bytes_by_collective`: 20 instead of 16 $\frac{t-1}{t}bsh$).
+A plain autograd version keeps the gathered tensor whole (regather=False, module 03's block):
+$sbh(4 + \frac{30}{t} + 5\frac{as}{ht})$, $4\frac{t-1}{t}sbh$ more, and TP's bytes.
 
 FP8 (`precision="fp8"`, `FP8_GEMM_INPUTS`): Transformer Engine's FP8 layers (NVIDIA's
 "Using FP8 with Transformer Engine"; DeepSeek-AI, arXiv:2412.19437, section 3.3, "cache the
@@ -32,11 +35,14 @@ The loss (`logits_bytes`): the output layer's logits, cast to fp32 for the cross
 kept for backward (its gradient is softmax minus one-hot): $4\,sbV$ bytes per micro-batch, or
 $4\,sbV/t$ per TP rank under Megatron-LM's vocabulary-parallel cross-entropy, where each rank
 keeps its $V/t$ columns and reduces only the max, the sum of exponentials and the target logit
-across the group. Korthikanti et al. (section 4.3) count them with the final LayerNorm's and
-the head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits' share,
-$4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). At s = 8192
-and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a layer's
-$34\,sbh$ at any h below 15,000.
+across the group. Korthikanti et al. (section 4.3) count them with the final LayerNorm's and the
+head's inputs as $\frac{4sbh}{t}(1 + \frac{V}{h})$; the course keeps the logits' share,
+$4sbV/t$, and leaves out the $4sbh/t$ (h/V of it: 6% at Llama 3 70B's h = 8192). They add that
+term to the first stage's total only when p = 1 (the single stage is both ends), and call it
+negligible there; with a pipeline the logits sit on the last stage, which holds one
+micro-batch's activations under 1F1B, not p, so the fullest GPU is not always the first.
+At s = 8192 and Llama 3's V = 128,256 that is 4.2 GB per sequence on one device, more than a
+layer's $34\,sbh$ at any h below 15,000.
 
 The meter: `SavedTensorMeter` counts what autograd saves for backward while it is open
 (`torch.autograd.graph.saved_tensors_hooks`), each storage once, skipping the storages of the
@@ -54,9 +60,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["REGIONS", "FP8_GEMM_INPUTS", "PRECISIONS", "LOGITS_DTYPE_BYTES", "activation_breakdown",
-           "activation_bytes_per_layer", "logits_bytes", "region", "SavedTensorMeter",
-           "saved_tensor_bytes"]
+__all__ = ["REGIONS", "FP8_GEMM_INPUTS", "GATHERED_INPUTS", "PRECISIONS", "LOGITS_DTYPE_BYTES",
+           "activation_breakdown", "activation_bytes_per_layer", "logits_bytes", "region",
+           "SavedTensorMeter", "saved_tensor_bytes"]
 
 # region -> (coefficient of sbh, or "scores" for 5as^2b; split by TP alone?)
 REGIONS: dict[str, tuple[float | str, bool]] = {
@@ -74,6 +80,8 @@ FP8_GEMM_INPUTS: dict[str, float] = {
 }
 """Region -> coefficient of sbh that is a GEMM's input, kept in FP8 (half its bytes) under
 precision="fp8" (module docstring): 14 of the 34, so 34 sbh become 27 sbh."""
+GATHERED_INPUTS = "QKV and fc1 inputs (LayerNorm outputs)"
+"""The region SP keeps whole when the GEMMs keep their gathered input (regather=False)."""
 PRECISIONS = ("bf16", "fp8")
 """What the GEMMs run in: "bf16", or "fp8" with bf16 weights and fp32 optimizer state."""
 LOGITS_DTYPE_BYTES = 4
@@ -93,13 +101,16 @@ def _precision(precision: str) -> str:
 
 
 def activation_breakdown(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool = False,
-                         keep_scores: bool = True, precision: str = "bf16") -> dict[str, float]:
+                         keep_scores: bool = True, precision: str = "bf16",
+                         regather: bool = True) -> dict[str, float]:
     """Bytes per layer and rank, region by region (`REGIONS`), fp16 activations.
 
     TP (t > 1) divides the regions it splits by t and leaves the others whole; sp=True divides
-    every region by t. keep_scores=False counts the attention scores as 0: they are recomputed
-    in backward (FlashAttention, Megatron's selective recomputation) instead of kept.
-    precision="fp8" keeps the GEMM inputs (`FP8_GEMM_INPUTS`) in 1 byte instead of 2."""
+    every region by t, the QKV and fc1 inputs too as long as they are gathered again in
+    backward (regather=True, Megatron's); regather=False keeps them gathered, whole.
+    keep_scores=False counts the attention scores as 0: they are recomputed in backward
+    (FlashAttention, Megatron's selective recomputation) instead of kept. precision="fp8" keeps
+    the GEMM inputs (`FP8_GEMM_INPUTS`) in 1 byte instead of 2."""
     b, s, h, a, t = (_positive(n, v) for n, v in (("b", b), ("s", s), ("h", h), ("a", a),
                                                      ("t", t)))
     fp8 = _precision(precision) == "fp8"
@@ -109,19 +120,21 @@ def activation_breakdown(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool
             full = 5.0 * a * s * s * b if keep_scores else 0.0
         else:
             full = (float(coef) - (FP8_GEMM_INPUTS.get(name, 0) / 2 if fp8 else 0)) * s * b * h
-        out[name] = full / t if (split_by_tp or sp) else float(full)
+        kept_gathered = sp and not regather and name == GATHERED_INPUTS
+        out[name] = full / t if (split_by_tp or sp) and not kept_gathered else float(full)
     return out
 
 
 def activation_bytes_per_layer(b: int, s: int, h: int, a: int, t: int = 1, *,
                                sp: bool = False, keep_scores: bool = True,
-                               precision: str = "bf16") -> float:
+                               precision: str = "bf16", regather: bool = True) -> float:
     r"""$sbh(34 + 5as/h)$ for t = 1, $sbh(10 + 24/t + 5as/(ht))$ with TP, $\frac{sbh}{t}(34 +
-    5as/h)$ with TP + SP (bytes, fp16 activations; Korthikanti et al. 2022, table 2). With
-    keep_scores=False the $5as/h$ terms drop: $34sbh$, $sbh(10 + 24/t)$, $34sbh/t$. Under
+    5as/h)$ with TP + SP (bytes, fp16 activations; Korthikanti et al. 2022, table 2), or
+    $sbh(4 + \frac{30}{t} + 5\frac{as}{ht})$ with the gathered inputs kept (regather=False).
+    With keep_scores=False the $5as/h$ terms drop: $34sbh$, $sbh(10 + 24/t)$, $34sbh/t$. Under
     precision="fp8" the 34 is 27 (module docstring)."""
     return sum(activation_breakdown(b, s, h, a, t, sp=sp, keep_scores=keep_scores,
-                                    precision=precision).values())
+                                    precision=precision, regather=regather).values())
 
 
 def logits_bytes(b: int, s: int, vocab: int, t: int = 1, *, vocab_parallel: bool = True

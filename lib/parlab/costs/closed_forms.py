@@ -12,11 +12,8 @@ import numbers
 from fractions import Fraction
 from typing import Literal
 
-# --- hardware constants ---------------------------------------------------------------------
+# --- links (the cards' FLOP/s and memory: parlab.costs.hardware) -----------------------------
 
-H100_BF16_FLOPS = 1e15
-"""H100 SXM dense BF16, rounded to "~1 PFLOP/s" as the course text does; NVIDIA's H100
-datasheet says ~989e12 (without sparsity)."""
 NVLINK_BIDIR_BYTES_PER_S = 900e9
 """H100 NVLink 4: 18 links x 50 GB/s = 900 GB/s, counting BOTH directions (NVIDIA's H100 datasheet).
 The figure is often quoted as if it were one direction; the course shows both numbers."""
@@ -28,7 +25,9 @@ ETHERNET_100G_BYTES_PER_S = 12.5e9
 """One 100 Gb/s Ethernet port: 100e9 / 8 = 12.5 GB/s per direction."""
 
 STATE_BYTES_PER_PARAM = {"weights": 2, "grads": 2, "optimizer": 12}
-"""Mixed-precision Adam: bf16 weights + bf16 grads + fp32 (master copy, m, v) = 16 B/param."""
+"""Mixed-precision Adam as the ZeRO paper counts it (Rajbhandari et al. 2020, arXiv:1910.02054):
+bf16 weights + bf16 grads + fp32 (master copy, m, v) = 16 B/param, the course's convention.
+Megatron-LM, torchtitan and DeepSeek-V3 keep other precisions: `precision.state_bytes_per_param`."""
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 _SHARDED = {  # which parts of STATE_BYTES_PER_PARAM each strategy splits over dp ranks
@@ -47,7 +46,7 @@ _HINTS = {
     "n_params": "the parameter count, e.g. 70e9",
     "bandwidth": "link bandwidth in bytes/s, e.g. 50e9 for 50 GB/s",
     "bytes_per_s": "link bandwidth in bytes/s, e.g. 50e9 for 50 GB/s",
-    "flops_per_s": "device throughput in FLOP/s, e.g. 1e15",
+    "flops_per_s": "device throughput in FLOP/s, e.g. 989.4e12 (an H100)",
     "alpha": "per-message latency in seconds, e.g. 5e-6",
     "t": "the number of ranks in the group",
     "dp": "the data-parallel degree (ranks sharing the state)",

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from parlab.costs import closed_forms as costs
 from parlab.costs.activations import activation_bytes_per_layer
+from parlab.costs.hardware import CARDS
 
 __all__ = ["PARTS", "GPUS", "RECOMPUTE", "recompute_mode", "state_breakdown", "activation_bytes",
            "device_memory"]
 
 PARTS = ("weights", "gradients", "optimizer state", "activations")
-GPUS = {"A100 40 GB": 40e9, "A100 80 GB": 80e9, "H100 80 GB": 80e9, "H200 141 GB": 141e9,
-        "B200 192 GB": 192e9}
+GPUS = {name: memory for name, (_, memory) in CARDS.items()}
+"""Card -> bytes of memory per GPU (`parlab.costs.hardware`), for the memory calculator."""
 _KEYS = {"weights": "weights", "gradients": "grads", "optimizer state": "optimizer"}
 RECOMPUTE = ("none", "selective", "full")
 """Recomputation settings of `activation_bytes` (False means "none", True "full")."""

@@ -18,8 +18,8 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
 - the grading pipeline: `autograde_parallel` (workers, one gradebook writer) returning a
   `GradeRun` of `Graded`; `leftover_processes`, `kill_kernel_tree`; `collect`.
 - the sandbox every graded kernel runs in: parlab.grading.sandbox (`Sandbox`, `Limits`,
-  `problem`), its limits as nbgrader options (parlab.grading.limits), the kernel manager
-  that starts kernels in it (parlab.grading.kernels).
+  `problem`), its limits as nbgrader options (parlab.grading.autograde.limits), the kernel manager
+  that starts kernels in it (parlab.grading.autograde.kernels).
 - the verifier: parlab.grading.verify (`verify`, `Verdict`), which runs every graded test
   again in the grading process, the learner's code only in sandboxed processes
   (parlab.sandboxed) that send back plain data; ResilientExecute's `verify` option.
@@ -31,12 +31,14 @@ Public API (what tests, scripts, benchmarks and autograder/nbgrader_config.py im
 - the learner's self-check: `selfcheck(path)` (rows of `Row`), `learner_notebook(module)`,
   and `standing(module=None)`, which a notebook's last cell calls to print the self-check's
   table for the saved file (skipped when a grading tool runs the notebook).
-- the instructor's records: `collect` (parlab.grading.inbox), `export_grades`, `write_report`,
-  `class_results` (parlab.grading.record).
+- the instructor's records: `collect` (parlab.grading.collect.inbox), `export_grades`,
+  `write_report`, `class_results` (parlab.grading.engines.record).
 """
 
-import parlab.grading.startup  # noqa: F401  # first: it declines a slow optional import
-from parlab.grading.cells import (
+import parlab.grading.base.startup  # noqa: F401  # first: it declines a slow optional import
+from parlab.grading.autograde.execute import ResilientExecute
+from parlab.grading.autograde.overwrite import ParlabOverwriteCells
+from parlab.grading.base.cells import (
     cell_error,
     grade_id,
     graded_cell_errors,
@@ -44,29 +46,13 @@ from parlab.grading.cells import (
     is_answer_cell,
     is_graded_cell,
 )
-from parlab.grading.execute import ResilientExecute
-from parlab.grading.export import export_grades
-from parlab.grading.fake import fake_class, fake_submission
-from parlab.grading.feedback import (
-    MIN_CHARS,
-    HideHiddenTests,
-    distinctive_hidden_lines,
-    hidden_lines,
-    leaks,
-    normalise,
-)
-from parlab.grading.in_notebook import standing
-from parlab.grading.inbox import collect
-from parlab.grading.learner import Row, learner_notebook, selfcheck
-from parlab.grading.notebooks import (
+from parlab.grading.base.notebooks import (
     SELFCHECK_ENV,
     TIMEOUT_ENAME,
     execute_notebook,
     unreadable_reason,
 )
-from parlab.grading.overwrite import ParlabOverwriteCells
-from parlab.grading.parallel import autograde_parallel
-from parlab.grading.paths import (
+from parlab.grading.base.paths import (
     AUTOGRADER_DIR,
     COURSE_DIR,
     REPO_ROOT,
@@ -74,11 +60,8 @@ from parlab.grading.paths import (
     WORKSPACE_DIR,
     list_modules,
 )
-from parlab.grading.procs import kill_kernel_tree
-from parlab.grading.record import class_results
-from parlab.grading.report import write_report
-from parlab.grading.results import Graded, GradeRun, leftover_processes
-from parlab.grading.runner import (
+from parlab.grading.base.procs import kill_kernel_tree
+from parlab.grading.base.runner import (
     AutogradeResult,
     NbgraderError,
     NbgraderRun,
@@ -89,7 +72,24 @@ from parlab.grading.runner import (
     run_nbgrader,
     submitted,
 )
-from parlab.grading.withhold import write_feedback
+from parlab.grading.collect.fake import fake_class, fake_submission
+from parlab.grading.collect.inbox import collect
+from parlab.grading.engines.grade import autograde_parallel
+from parlab.grading.engines.record import class_results
+from parlab.grading.engines.results import Graded, GradeRun, leftover_processes
+from parlab.grading.feedback.hidden import (
+    MIN_CHARS,
+    HideHiddenTests,
+    distinctive_hidden_lines,
+    hidden_lines,
+    leaks,
+    normalise,
+)
+from parlab.grading.feedback.withhold import write_feedback
+from parlab.grading.learner.in_notebook import standing
+from parlab.grading.learner.selfcheck import Row, learner_notebook, selfcheck
+from parlab.grading.report.export import export_grades
+from parlab.grading.report.html import write_report
 
 __all__ = [
     "AUTOGRADER_DIR", "COURSE_DIR", "MIN_CHARS", "REPO_ROOT", "SOLUTIONS_DIR", "TIMEOUT_ENAME",

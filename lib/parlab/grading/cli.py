@@ -25,17 +25,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from parlab.grading import learner, workspace
-from parlab.grading.export import export_grades
-from parlab.grading.fake import fake_class
-from parlab.grading.inbox import collect
-from parlab.grading.parallel import SandboxMissing, autograde_parallel
-from parlab.grading.paths import REPO_ROOT
-from parlab.grading.record import graded_unsafe
-from parlab.grading.report import summary, write_report
-from parlab.grading.results import GradeRun, log_warnings
-from parlab.grading.times import TimesError
-from parlab.grading.withhold import write_feedback
+from parlab.grading.base.paths import REPO_ROOT
+from parlab.grading.collect.fake import fake_class
+from parlab.grading.collect.inbox import collect
+from parlab.grading.collect.times import TimesError
+from parlab.grading.engines.grade import SandboxMissing, autograde_parallel
+from parlab.grading.engines.record import graded_unsafe
+from parlab.grading.engines.results import GradeRun, log_warnings
+from parlab.grading.feedback.withhold import write_feedback
+from parlab.grading.learner import selfcheck, workspace
+from parlab.grading.report.export import export_grades
+from parlab.grading.report.html import summary, write_report
 
 
 def print_run(run: GradeRun) -> None:
@@ -77,10 +77,13 @@ def _collect(args: argparse.Namespace, root: Path) -> int:
         print(f"{student:<20} {module:<24} {note}")
     for path, why in report.skipped:
         print(f"SKIPPED {path}: {why}")
+    for path, why in report.left_out:
+        print(f"LEFT OUT {path}: {why}")
     for path, why in report.problems:
         print(f"NOT COLLECTED {path}: {why}")
     print(f"collected {len(report.collected)} submissions into {root / 'submitted'}; "
-          f"{len(report.problems)} not collected, {len(report.skipped)} duplicates skipped")
+          f"{len(report.problems)} not collected, {len(report.skipped)} duplicates skipped, "
+          f"{len(report.left_out)} other files left out")
     return 0 if report.ok and report.collected else 1
 
 
@@ -111,9 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the class report: scores, pass rates, likely mistakes")
     p.add_argument("--to", type=Path, default=None, help="HTML file (default: ROOT/report.html)")
     p = sub.add_parser("check", help="a learner's self-check: the visible tests, as graded",
-                       description=learner.__doc__,
+                       description=selfcheck.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    learner.add_arguments(p)
+    selfcheck.add_arguments(p)
     p = sub.add_parser("stale", help="workspace notebooks from an older release (make lab)")
     p.add_argument("--workspace", type=Path, default=None, help="default: ROOT/workspace")
     p = sub.add_parser("update", help="carry a workspace notebook's answers into the current "
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if args.command == "check":
-        return learner.check_command(args, parser)
+        return selfcheck.check_command(args, parser)
     if args.command in ("stale", "update"):
         return _workspace(args, root)
     if args.command == "fake":

@@ -19,7 +19,7 @@ Assignments tab of the hub's learner configuration (autograder/hub/jupyter/learn
 server reads autograder/hub/nbgrader/nbgrader_config.py (`parlab.hub.exchange`), and a
 learner's JupyterLab gets the lab extension of autograder/hub/jupyter/labextensions/ (the
 Assignment List open on arrival, "view feedback" opening the page). An instructor's server also
-reads autograder/hub/jupyter/instructor/ (the status page, `parlab.grading.status_page`).
+reads autograder/hub/jupyter/instructor/ (the status page, `parlab.grading.report.status_page`).
 The hooks read only what every JupyterHub spawner has (user.name, name, environment,
 notebook_dir, log): nothing here imports JupyterHub.
 """
@@ -72,7 +72,7 @@ class HubSettings:
         """A server's JUPYTER_CONFIG_PATH: its Jupyter configuration, the exchange's nbgrader
         configuration (with an exchange), the course root (its nbgrader_config.py)."""
         hub = self.course_root / "autograder" / "hub"
-        if instructor:       # + the status page (parlab.grading.status_page)
+        if instructor:       # + the status page (parlab.grading.report.status_page)
             paths = [self.instructor_jupyter, hub / "jupyter" / "instructor"]
         else:
             paths = [hub / "jupyter" / "learner" if self.exchange else self.learner_jupyter]

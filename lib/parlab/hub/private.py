@@ -10,7 +10,8 @@ instructor, a learner could otherwise read with `open()` from a notebook cell:
 - `submitted/`, `autograded/`, `feedback/` (every learner's work, graded notebooks with the
   hidden tests in them): made before anything lands in them, others nothing;
 - `gradebook.db` (nbgrader keeps every locked cell's source there, hidden tests included, and
-  every score), `grades.csv`, `report.html`: others nothing (the gradebook made empty, which
+  every score), `grades.csv` (and `grades-canvas.csv`, `grades-moodle.csv`), `report.html`,
+  `roster.json` (the class list: names, emails): others nothing (the gradebook made empty, which
   sqlite takes as a new database, so that nbgrader never creates it readable by all).
 
 With the instructors' group (`group`, a gid: the hub's PARLAB_HUB_INSTRUCTOR_GROUP) all of
@@ -36,7 +37,8 @@ __all__ = ["keep_private", "HIDDEN", "INSTRUCTOR_FOLDERS", "INSTRUCTOR_FILES"]
 
 HIDDEN = ("solutions", ".git", "autograder/valid")       # others lose r, w and x
 INSTRUCTOR_FOLDERS = ("submitted", "autograded", "feedback")  # made if missing, others nothing
-INSTRUCTOR_FILES = ("gradebook.db", "grades.csv", "report.html")  # the gradebook made
+INSTRUCTOR_FILES = ("gradebook.db", "grades.csv", "report.html",  # the gradebook made
+                    "grades-canvas.csv", "grades-moodle.csv", "roster.json")
 
 
 def keep_private(course_root: str | os.PathLike[str], group: int | None = None) -> list[str]:

@@ -13,7 +13,7 @@ and when: `fetches` trusts a record only when its owner is the student it names.
 that cannot be made (the hub started before this existed) is only a warning: the fetch itself
 has happened.
 
-The readers for the instructor's `make status` (parlab.grading.status): `fetches` (the
+The readers for the instructor's `make status` (parlab.grading.report.status): `fetches` (the
 records above), `hand_ins` (the submissions in `inbound/`, as nbgrader's collect reads their
 names) and `released_page` (where nbgrader's release_feedback puts a notebook's feedback page:
 `feedback/<md5 of the submission's secret and the notebook's name>.html`); `exchange_course`

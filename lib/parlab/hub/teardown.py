@@ -207,7 +207,7 @@ def _archive(plan: Plan) -> None:
     if gradebook_students(plan.root):
         _grading("parlab.grading", "--root", str(plan.root), "export", "--to",
                  str(plan.root / "grades.csv"))
-    status = _grading("parlab.grading.status", "--root", str(plan.root))
+    status = _grading("parlab.grading.report.status", "--root", str(plan.root))
     partial = plan.archive.with_name(plan.archive.name + ".part")
     with tarfile.open(partial, "w:gz") as tar:
         for name in ARCHIVED:

@@ -12,6 +12,8 @@
   what it was doing; in a notebook they show only the learner's own frames.
 - `torchrun`: what a script under torchrun checks before any group starts (options that do
   not fit end every process with status 2, rank 0 saying why).
+- `shutdown`: a Jupyter kernel that ran ranks stops the forkserver and the resource tracker
+  when it is shut down, and exits at once, leaving nothing in /tmp.
 - `diagnose`: the watch that turns a hang into a sentence about what each rank was doing, and
   stops the run early when the hang is certain.
 """

@@ -13,7 +13,7 @@
   ranks may use (a shared box: rank r gets the r-th of them).
 - `PARLAB_ONE_GPU=0`: every rank of a run that names no backend on GPU 0, over gloo (NCCL
   takes one rank per GPU): `device()` is that GPU, and the calls gloo cannot make on CUDA
-  tensors go through the host (`parlab.comm_staging`). How `make gpu-check` runs the course on
+  tensors go through the host (`parlab.comm.staging`). How `make gpu-check` runs the course on
   a box with one GPU.
 - `uses_nccl(group=None)`: whether a group runs NCCL for CUDA tensors. Compare backends only
   through it: with a device map `dist.get_backend()` is "cpu:gloo,cuda:nccl", not "nccl".

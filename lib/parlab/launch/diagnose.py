@@ -24,6 +24,9 @@ _OTHER = {"recv": "send", "send": "recv"}
 
 
 def _stuck_line(rank: int, s: dict, peer: int, n: int) -> str:
+    if _call(s) == "new_group":  # collective over the world: every rank makes every group
+        return (f"rank {rank} waits in {s['what']} (its call #{s['seq']} for that group; rank "
+                f"{peer} has made {n})")
     if s.get("p2p"):
         return (f"rank {rank} waits to receive message #{s['seq']} from rank {peer}, which has "
                 f"sent it {n}")
@@ -104,7 +107,35 @@ class Watch:
                         "unwaited request may never be delivered)")
                 return (f"rank {rank} waits in {s['what']}, but rank(s) {peers} already "
                         f"returned without making the matching call: {hint}")
-        return self._p2p_cycle(now) or self._collectives_stuck(now, results)
+        return (self._p2p_cycle(now) or self._collectives_stuck(now, results)
+                or self._crossed_groups(now, results))
+
+    def _crossed_groups(self, now: float, results: dict[int, Any]) -> str | None:
+        """Every rank still running waits, and the ranks have made different groups: one made
+        a group that another, having made as many groups or more, never made. new_group is
+        collective over the world, so every rank's groups are the same list in the same order
+        and the groups made so far by the rank that made fewer are among the other's; crossed,
+        the groups are wired wrongly (torch names a group by a count of the groups made) and
+        the waits on them never end, whatever the counts of their collectives say."""
+        made: dict[int, dict[str, int]] = {}
+        for rank in range(len(self.statuses)):
+            s = self.state(rank)
+            if rank not in results and s.get("state") != "returned" and (
+                    s.get("state") != "in" or now - s.get("t", now) < SURE_HANG_S):
+                return None  # someone runs, or only just began to wait
+            made[rank] = {k: n for k, n in s.get("posted", {}).items()
+                          if k.startswith("new_group:")}
+        for r, mine in made.items():
+            for q, theirs in made.items():
+                if sum(mine.values()) <= sum(theirs.values()):
+                    missing = [k for k, n in mine.items() if theirs.get(k, 0) < n]
+                    if missing:
+                        group = "[" + missing[0].removeprefix("new_group:").replace(",", ", ")
+                        return (f"deadlock: rank {r} made the group {group}], which rank {q} "
+                                f"never made, though rank {q} made {sum(theirs.values())} "
+                                f"groups to rank {r}'s {sum(mine.values())}: the ranks made "
+                                "different groups, and the waits on them never end")
+        return None
 
     def _p2p_cycle(self, now: float) -> str | None:
         """Ranks that each wait to receive from the next (or each wait to send to the next)
@@ -156,8 +187,8 @@ class Watch:
                     return None
                 peer = s["group"][0]  # its sends to this rank, against this receive
                 need = [(peer, self._posted(peer, "send", [rank]))]
-            else:
-                need = [(peer, self._posted(peer, _call(s), s["group"]))
+            else:  # a new_group's count is kept by the group it makes ("members")
+                need = [(peer, self._posted(peer, _call(s), s.get("members", s["group"])))
                         for peer in s["group"] if peer != rank]
             behind = [(peer, n) for peer, n in need if n < s["seq"]]
             if not behind:
@@ -165,11 +196,15 @@ class Watch:
             missing[rank] = (s, *behind[0])
         if all(s.get("p2p") for s, _, _ in missing.values()):
             return None  # messages only: the cycle rule (_p2p_cycle) says it better
-        lines = [_stuck_line(r, s, peer, n) for r, (s, peer, n) in sorted(missing.items())]
+        # a rank stuck making a group first: the others wait on it
+        order = sorted(missing, key=lambda r: (_call(missing[r][0]) != "new_group", r))
+        lines = [_stuck_line(r, *missing[r]) for r in order]
         said = "; ".join(lines[:2]) + (f"; and {len(lines) - 2} more ranks (below)"
                                        if len(lines) > 2 else "")
+        made = any(_call(s) == "new_group" for s, _, _ in missing.values())
         return (f"deadlock: {said}. Each waits for a call another rank never makes (the ranks "
-                "call collectives over different groups, or a different number of times)")
+                + ("create different groups, or " if made else "")
+                + "call collectives over different groups, or a different number of times)")
 
     def check(self, results: dict[int, Any], errors: list) -> None:
         if errors:
@@ -203,8 +238,9 @@ class Watch:
         if certain and elapsed < self.timeout - 0.5:
             when = (f"stopped early, after {elapsed:.1f} s of its {self.timeout:g} s timeout, "
                     "because the hang is certain")
-        elif certain:
-            when = f"stopped after {elapsed:.1f} s: the hang is certain"
+        elif certain:  # a rule that needs a few seconds of waiting fired at the timeout
+            when = (f"stopped at its {self.timeout:g} s timeout, after {elapsed:.1f} s; by then "
+                    "the hang was certain")
         else:
             when = f"stopped after {elapsed:.1f} s"
         raise CollectiveTimeout(f"run() {when}: {reason}.\n"

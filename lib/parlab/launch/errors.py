@@ -1,7 +1,9 @@
 """The errors of `parlab.launch.run`, each naming the rank and what it was doing.
 
 - `RankError`: a rank raised (or died); `.rank`, `.exc_type` and `.traceback` (its traceback,
-  pointing at the learner's own cells again, see `relocate`) say which and where.
+  pointing at the learner's own cells again, see `relocate`) say which and where. When every
+  rank that raised on its own raised the release's stub (`.unwritten`), it reads as the
+  kernel's stub does: "NotImplementedError: not written yet: ..." and the stub's line.
 - `CollectiveMismatch` (a RankError): ranks called different collectives, or one with tensors
   of different shape or dtype.
 - `NcclRuleBroken`: with PARLAB_NCCL_RULES=1, a call NCCL would refuse or deadlock on,
@@ -19,7 +21,7 @@ import linecache
 import re
 from typing import Any
 
-from parlab.errors import Readable
+from parlab.errors import Readable, stub_raised, unwritten_message
 
 _COMM_FAILURE = ("Connection reset", "Connection closed", "Timed out waiting", "Broken pipe",
                  "ECONNRESET", "Socket closed", "Connection refused", "monitoredBarrier")
@@ -102,6 +104,18 @@ class RankError(Readable, RuntimeError):
         self.learner_traceback = traceback
         self.reports = reports or []
         self.head = head or message
+        if self.unwritten:  # the stub, raised on its own by every rank that raised
+            self.shown_as = "NotImplementedError"
+            self.head = unwritten_message(next(
+                (str(r[2]) for r in self.reports if r[0] == rank), ""))
+
+    @property
+    def unwritten(self) -> bool:
+        """Every rank that raised on its own (not a peer's broken connection) reached the
+        learner's stub: a NotImplementedError whose innermost frame is the learner's code."""
+        own = [r for r in self.reports if not _is_comm_failure(str(r[2]))]
+        return self.exc_type == "NotImplementedError" and bool(own) and all(
+            r[1] == "NotImplementedError" and stub_raised(str(r[3])) for r in own)
 
     def summary(self) -> str:
         """What the rank raised and what the others did, without the launcher's traceback."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parlab import comm
+from parlab.comm import tracer
 from parlab.launch import devices
 from parlab.launch.errors import NcclRuleBroken
 
@@ -68,7 +69,7 @@ class Call:
                 f'at File "{file}", line {line}, in {name}')
 
 
-_PLUMBING = (comm.__file__, __file__)
+_PLUMBING = (tracer.__file__, __file__)
 _WATCHING: list[Recorder] = []  # the recorder of this rank, once there is one
 
 

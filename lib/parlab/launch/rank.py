@@ -31,7 +31,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from parlab import comm, comm_staging, timeline
+from parlab import comm, timeline
+from parlab.comm import staging as comm_staging
 from parlab.launch import devices, nccl_rules
 
 STATUS_BYTES = 1024  # room for one JSON status line per rank
@@ -55,6 +56,7 @@ def _status_listener(status: Any):
             else list(event.group_ranks), "p2p": event.group_size == 2 and
             event.kind.replace("wait(", "").rstrip(")") in ("send", "recv", "isend", "irecv"),
             "call": calls[0], "seq": event.seq, "posted": comm.posted(), "t": time.time(),
+            **({"members": list(event.group_ranks)} if event.kind == "new_group" else {}),
         })
 
     return listener
@@ -89,7 +91,7 @@ def take_gpu(gpu: int | None, *, nccl: bool) -> None:
     `wait()` returns once the work is queued, so a deadlocked rank would look busy in its own
     code; blocking, it sits inside the call that never completes, as on gloo, until the
     launcher's timeout says so (parlab.launch.diagnose). Over gloo (PARLAB_ONE_GPU), the calls
-    gloo cannot make on CUDA tensors go through the host (parlab.comm_staging)."""
+    gloo cannot make on CUDA tensors go through the host (parlab.comm.staging)."""
     devices.place(gpu)
     if gpu is None:
         return

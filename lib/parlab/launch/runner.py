@@ -24,6 +24,8 @@ Failures never hang and never leave a process behind:
 - a hang (a rank skipped a collective, an endless loop) -> `CollectiveTimeout` after
   `timeout` seconds, or sooner when it is certain, saying what each rank was doing;
 - KeyboardInterrupt (what nbgrader sends on a cell timeout) -> every rank is killed;
+- a Jupyter kernel that ran ranks ends its forkserver when it is shut down, and exits at
+  once, leaving nothing in /tmp (parlab.launch.shutdown);
 - with PARLAB_NCCL_RULES=1, a call NCCL would refuse or deadlock on -> `NcclRuleBroken`
   (parlab.launch.nccl_rules), although gloo ran it.
 """
@@ -48,13 +50,13 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from parlab import timeline
-from parlab.launch import devices, nccl_rules
+from parlab.launch import devices, nccl_rules, shutdown
 from parlab.launch import rank as _rank
 from parlab.launch.devices import pick_backend
 from parlab.launch.diagnose import Watch
 from parlab.launch.errors import NcclRuleBroken, Origins, RankError, code_origins, relocate
+from parlab.launch.scratch import scratch_dir
 from parlab.launch.waiting import WaitingLine
-from parlab.scratch import scratch_dir
 
 __all__ = ["run", "pick_backend"]
 
@@ -81,7 +83,14 @@ def forkserver_preload() -> list[str]:
     return list(dict.fromkeys(_PRELOAD + extra))
 
 
+NO_FORKSERVER = ("parlab.launch starts ranks from multiprocessing's forkserver, which Linux and "
+                 "macOS have and native Windows does not: on Windows, run the course in WSL 2 "
+                 "(README.md, \"Platforms\")")
+
+
 def _context() -> Any:
+    if "forkserver" not in mp.get_all_start_methods():
+        raise RuntimeError(NO_FORKSERVER)
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(forkserver_preload())
     return ctx
@@ -139,6 +148,7 @@ def run(fn: Callable[..., T], world_size: int = 2, *args: Any, backend: str | No
     backend, gpus = devices.placement(world_size, backend)
     payload = _serialise(fn, args, kwargs)
     ctx = _context()
+    shutdown.stop_helpers_at_kernel_shutdown()  # a kernel's shutdown ends the forkserver too
     # removed below; swept by a later run if this process is killed before it can
     workdir = str(scratch_dir("run", at_exit=False))
     procs: list[Any] = []

@@ -30,11 +30,14 @@ in all. Dropless (MegaBlocks, Gale et al. 2022) runs exactly $\sum_e n_e = Nk$ r
 grouped GEMM over groups of $n_e$ rows: no padding, no drop, a largest group of $\max_e n_e$.
 
 Data-parallel sizes under EP (`data_parallel_sizes`). Megatron-Core lays the same ranks out
-twice: dense layers as TP × CP × DP × PP, expert layers as ETP × EP × EDP × PP (ETP, the
-expert tensor-parallel size, splits each expert's matrices inside an EP rank). A dense weight
-is copied on the DP·CP ranks of its (pp, tp) place, $\text{world}/(p\,t)$ of them; an expert's on
-the EDP $= \text{world}/(p \cdot \mathrm{ep} \cdot \mathrm{etp})$ ranks. In this course's grid
-(`parlab.compose.grid`, etp = t) the dense DP is $d e$, the dense replicas $d e c$ and EDP $d c$.
+twice (MoE parallel folding): dense layers as TP × CP × DP × PP, expert layers as ETP × EP ×
+EDP × PP (ETP, the expert tensor-parallel size, splits each expert's matrices inside an EP
+rank). The two layouts only share PP: EP × ETP must divide world/PP, and EP may fold over the
+dense layers' CP and TP ranks as well as their DP ranks (16 GPUs as TP 4 × DP 4 for attention
+can run EP 8 × ETP 1 × EDP 2 for the experts). A dense weight is copied on the DP·CP ranks of
+its (pp, tp) place, $\text{world}/(p\,t)$ of them; an expert's on the EDP $= \text{world}/(p
+\cdot \mathrm{ep} \cdot \mathrm{etp})$ ranks. In this course's grid (`parlab.compose.grid`,
+EP inside DP and etp = t) the dense DP is $d e$, the dense replicas $d e c$ and EDP $d c$.
 """
 
 from __future__ import annotations
@@ -67,8 +70,14 @@ def uniform_remote_nodes(num_experts: int, k: int, nodes: int) -> float:
 def a2a_cost(n_tokens: int, hidden: int, *, k: int, num_experts: int, nodes: int,
              gpus_per_node: int, dtype_bytes: int = 2, intra_bw: float = 450e9,
              inter_bw: float = 50e9, alpha: float = 5e-6) -> dict[str, dict[str, float]]:
-    """{"flat": {...}, "hierarchical": {...}}: inter/intra bytes per rank, messages, seconds."""
+    """{"flat": {...}, "hierarchical": {...}}: inter/intra bytes per rank, messages, seconds.
+    The EP degree ep = nodes · gpus_per_node must divide num_experts: each rank holds E/ep
+    whole experts (an expert is not split over ranks here)."""
     g, ep = gpus_per_node, nodes * gpus_per_node
+    if num_experts % ep:
+        raise ValueError(f"{nodes} nodes of {gpus_per_node} GPUs make an EP degree of {ep}, "
+                         f"which does not divide the {num_experts} experts: every rank must "
+                         f"hold a whole number of experts (ep <= E and ep | E)")
     row = hidden * dtype_bytes
     flat_inter = n_tokens * k * (ep - g) / ep * row
     flat_intra = n_tokens * k * (g - 1) / ep * row
@@ -102,13 +111,15 @@ def expert_rows(loads: Sequence[int], *, capacity: int | None) -> dict[str, int]
 
 
 def data_parallel_sizes(world: int, *, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1,
-                        expert_tp: int | None = None) -> dict[str, int]:
+                        expert_tp: int | None = None) -> dict[str, int | None]:
     """How many ranks hold a copy of each weight, Megatron-Core's way (module docstring).
 
     {"dp": Megatron's data-parallel size world/(pp·tp·cp) (this course's d·e),
     "dense_replicas": ranks a dense weight's gradient is averaged over, world/(pp·tp) = DP·CP,
     "expert_dp": EDP = world/(pp·ep·etp), the copies of one expert (this course's d·c when
-    etp = tp, the default), "course_dp": d = DP/ep, the dp coordinate of `parlab.mesh`}."""
+    etp = tp, the default), "course_dp": d = DP/ep, the dp coordinate of `parlab.mesh`, or None
+    when the experts fold over more than DP (ep not dividing DP, or etp != tp): that layout is
+    not this course's grid}."""
     etp = tp if expert_tp is None else expert_tp
     for name, n in (("world", world), ("pp", pp), ("tp", tp), ("cp", cp), ("ep", ep),
                     ("expert_tp", etp)):
@@ -116,11 +127,12 @@ def data_parallel_sizes(world: int, *, pp: int = 1, tp: int = 1, cp: int = 1, ep
             raise ValueError(f"{name}={n} must be a positive integer")
     if world % (pp * tp * cp):
         raise ValueError(f"pp·tp·cp = {pp * tp * cp} does not divide world={world}")
-    dp = world // (pp * tp * cp)
-    if dp % ep:
-        raise ValueError(f"ep={ep} does not divide the data-parallel size {dp}: EP is folded "
-                         "into DP, so it must divide it")
     if world % (pp * ep * etp):
-        raise ValueError(f"pp·ep·etp = {pp * ep * etp} does not divide world={world}")
+        raise ValueError(f"pp·ep·expert_tp = {pp * ep * etp} does not divide world={world}: the "
+                         "expert layers lay the world/pp ranks of a stage out as EP × ETP × EDP, "
+                         f"so EP × ETP = {ep * etp} must divide world/pp (it may fold over the "
+                         "dense layers' DP, CP and TP ranks)")
+    dp = world // (pp * tp * cp)
+    in_grid = dp % ep == 0 and etp == tp
     return {"dp": dp, "dense_replicas": dp * cp, "expert_dp": world // (pp * ep * etp),
-            "course_dp": dp // ep}
+            "course_dp": dp // ep if in_grid else None}

@@ -40,6 +40,7 @@ from parlab.plan.presets import (
     GB200_RACKS,
     H100_32,
     H100_512,
+    HGX_B200_512,
     LLAMA3_405B,
     LLAMA3_405B_LONG,
     LLAMA3_CLUSTER,
@@ -75,5 +76,5 @@ __all__ = [
     "AXIS_COLOURS", "shown_nodes", "draw_plan", "ACHIEVABLE", "peak_seconds", "PUBLISHED",
     "markdown", "axis_rows", "axis_table", "placement_table", "plans_table", "published_table",
     "variant_plans", "variants_table", "PRECISIONS", "STAGES", "logits_memory", "stage_memory",
-    "fullest_stage", "GB200_NVL72", "GB200_NVL72_512", "GB200_RACKS",
+    "fullest_stage", "GB200_NVL72", "GB200_NVL72_512", "GB200_RACKS", "HGX_B200_512",
 ]

@@ -18,9 +18,10 @@ exists in parlab is called, not repeated:
   over dp·cp); $P_0 = L_s P_{layer} + Vh$ with $P_{layer} = (N - N_{exp} - 2Vh)/L$ ($2Vh$
   when one rank holds both ends). ZeRO-3 adds two layers of gathered weights (the one
   computing and the one prefetched), bf16, or FP8 under precision="fp8".
-- activations (`activations.activation_breakdown`, TP + SP, bf16): under 1F1B the first stage
-  holds $\min(p, m)$ micro-batches of $L_s$ layers and the last stage one (it starts each
-  micro-batch's backward right after its forward); under DualPipe-V every rank holds
+- activations (`activations.activation_breakdown`, TP + SP as Megatron runs it, the QKV and
+  fc1 inputs kept as sequence shards and gathered again in backward; bf16): under 1F1B the
+  first stage holds $\min(p, m)$ micro-batches of $L_s$ layers and the last stage one (it
+  starts each micro-batch's backward right after its forward); under DualPipe-V every rank holds
   $2p+1$ chunks of half its layers (DualPipe's "PP + 1" with PP = 2p stages), $p + \frac12$
   micro-batches of $L_s$ layers, its parameters once. "selective" recomputes the attention
   scores (what flash attention does), keeping $\frac{34 s_c b h}{t}$ per layer ($27$ under FP8,
@@ -29,8 +30,12 @@ exists in parlab is called, not repeated:
 - logits (`activations.logits_bytes`): the stage that computes the loss keeps one
   micro-batch's fp32 logits, $4 b s_c V/t$ under the vocabulary-parallel cross-entropy.
 - bytes each GPU sends per optimizer step, by axis:
-  TP $m L_s \cdot 16\frac{t-1}{t} b s_c h$ (`costs.tp_bytes_per_layer`; $12\frac{t-1}{t}$
-  under FP8, its all-gathers in FP8, `costs.precision.tp_bytes_by_collective`);
+  TP with SP $m L_s \cdot 20\frac{t-1}{t} b s_c h$: 6 all-gathers (the backward's two
+  re-gathers of the LayerNorm outputs among them, which the $34 s_c b h/t$ of activations
+  assumes) and 4 reduce-scatters, `costs.precision.tp_bytes_by_collective`; $14\frac{t-1}{t}$
+  under FP8, its all-gathers in FP8. regather=False prices GEMMs that keep the gathered input
+  instead: plain TP's $16\frac{t-1}{t}$ (`costs.tp_bytes_per_layer`), as module 07's exercise 2
+  does;
   CP, ring attention: $m L_s$ times `cp.ring_bytes_per_layer` (K and V of $H_{kv}/t$ heads pass
   the ring c - 1 hops forward; K, V again and dK, dV c hops backward); Ulysses: $m L_s$ times
   `costs.ulysses_bytes_per_layer` (four all-to-alls of $\frac{c-1}{c}$ of q, k, v, out
@@ -139,12 +144,13 @@ def state_memory(model: Model, shape: Shape, strategy: str, *, schedule: str = "
 
 def activation_memory(model: Model, shape: Shape, *, micro_batch: int, microbatches: int,
                       recompute: str, schedule: str = "1f1b", stage: str = "first",
-                      precision: str = "bf16") -> float:
+                      precision: str = "bf16", regather: bool = True) -> float:
     """Bytes of activations a stage's layers hold at its peak, the logits apart (module
-    docstring): under 1F1B min(p, m) micro-batches on the first stage, one on the last."""
+    docstring): under 1F1B min(p, m) micro-batches on the first stage, one on the last.
+    regather=False: the QKV and fc1 inputs kept gathered, whole (`activation_breakdown`)."""
     s_c = max(1, model.seq // shape.cp)
     parts = activation_breakdown(micro_batch, s_c, model.hidden, model.heads, shape.tp, sp=True,
-                                 precision=precision)
+                                 precision=precision, regather=regather)
     scores = parts.pop(_SCORES) * shape.cp  # s_c queries of this rank against all s keys
     per_layer = sum(parts.values()) + (scores if recompute == "none" else 0.0)
     in_flight = min(shape.pp, microbatches) if stage == "first" else 1
@@ -166,14 +172,16 @@ def logits_memory(model: Model, shape: Shape, *, micro_batch: int, stage: str = 
 
 def stage_memory(model: Model, shape: Shape, *, strategy: str, micro_batch: int,
                  microbatches: int, recompute: str, schedule: str = "1f1b",
-                 stage: str = "first", precision: str = "bf16") -> dict[str, float]:
+                 stage: str = "first", precision: str = "bf16",
+                 regather: bool = True) -> dict[str, float]:
     """{part: bytes} per GPU of one stage: state, activations and "logits"."""
     if stage not in STAGES:
         raise ValueError(f"stage={stage!r}: use one of {', '.join(STAGES)}")
     out = state_memory(model, shape, strategy, schedule=schedule, precision=precision)
     out["activations"] = activation_memory(model, shape, micro_batch=micro_batch,
                                            microbatches=microbatches, recompute=recompute,
-                                           schedule=schedule, stage=stage, precision=precision)
+                                           schedule=schedule, stage=stage, precision=precision,
+                                           regather=regather)
     out["logits"] = logits_memory(model, shape, micro_batch=micro_batch, stage=stage,
                                   schedule=schedule)
     return out
@@ -181,7 +189,8 @@ def stage_memory(model: Model, shape: Shape, *, strategy: str, micro_batch: int,
 
 def fullest_stage(model: Model, shape: Shape, *, strategy: str, micro_batch: int,
                   microbatches: int, recompute: str, schedule: str = "1f1b",
-                  precision: str = "bf16") -> tuple[str, dict[str, float]]:
+                  precision: str = "bf16", regather: bool = True
+                  ) -> tuple[str, dict[str, float]]:
     """(which, {part: bytes}) of the fullest GPU (`stage_memory`'s parts): "only" when p = 1,
     "first and last" on DualPipe-V's rank 0, else the first or the last stage, whichever
     holds more (the first on a tie; both hold the same state)."""
@@ -190,7 +199,7 @@ def fullest_stage(model: Model, shape: Shape, *, strategy: str, micro_batch: int
     def at(stage: str) -> dict[str, float]:
         act = activation_memory(model, shape, micro_batch=micro_batch, microbatches=microbatches,
                                 recompute=recompute, schedule=schedule, stage=stage,
-                                precision=precision)
+                                precision=precision, regather=regather)
         logits = logits_memory(model, shape, micro_batch=micro_batch, stage=stage,
                                schedule=schedule)
         return {**state, "activations": act, "logits": logits}
@@ -235,12 +244,13 @@ def _cp_layer_bytes(model: Model, shape: Shape, b: int, cp_kind: str) -> float:
 
 def axis_bytes(model: Model, shape: Shape, *, strategy: str, micro_batch: int,
                microbatches: int, cp_kind: str = "ring", schedule: str = "1f1b",
-               precision: str = "bf16") -> dict[str, float]:
+               precision: str = "bf16", regather: bool = True) -> dict[str, float]:
     """{axis: bytes one GPU of the fullest stage sends per optimizer step} for tp, cp, ep, pp,
-    dp (module docstring)."""
+    dp (module docstring); regather=False: TP + SP without the backward's re-gathers."""
     b, m, h, t = micro_batch, microbatches, model.hidden, shape.tp
     s_c, layers = max(1, model.seq // shape.cp), stage_layers(model, shape.pp)
-    tp_layer = sum(tp_bytes_by_collective(b, s_c, h, t, precision=precision).values())
+    tp_layer = sum(tp_bytes_by_collective(b, s_c, h, t, precision=precision,
+                                          regather=regather).values())
     out = {"tp": m * layers * tp_layer,
            "cp": m * layers * _cp_layer_bytes(model, shape, b, cp_kind), "ep": 0.0,
            "pp": m * 2 * (2 * b * s_c * h / t) if shape.pp > 1 else 0.0}

@@ -20,7 +20,7 @@ policy, `evaluate`:
    TP's all-gathers and ZeRO-3's weight all-gathers in FP8 (`parlab.costs.precision`);
 3. places each axis on the rank grid (`parlab.mesh`, TP innermost) and reads the link its
    groups ride; TP groups that leave a node are rejected (rule 1 of the placement heuristics:
-   its all-reduces sit between dependent GEMMs);
+   its collectives sit between dependent GEMMs);
 4. times a step. Compute $T_c = f N_{act} B s / (G a F)$ ($f = 6$ FLOPs per token and
    parameter, 8 with full recomputation, which runs the forward twice; $a$ =
    `Cluster.achievable`, the share of the peak F the matmuls sustain) times the busiest
@@ -185,7 +185,7 @@ def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
         notes.append(f"fits: {where} of {_gb(capacity)} usable")
     for t in traffic:
         if t.axis == "tp" and not t.intra_node:
-            fails.append(f"TP {t.size} spans {t.nodes} nodes: its per-layer all-reduces would "
+            fails.append(f"TP {t.size} spans {t.nodes} nodes: its per-layer collectives would "
                          f"ride the {cluster.inter_bw / 1e9:,.4g} GB/s {t.link} link")
         elif t.size > 1:
             notes.append(f"{t.axis.upper()} {t.size} on {t.link}"
@@ -197,11 +197,15 @@ def _judge(cluster: Cluster, memory: dict[str, float], capacity: float,
 def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 1, cp: int = 1,
              ep: int = 1, strategy: str = "zero1", recompute: str = "selective",
              global_batch: int, micro_batch: int = 1, usable: float = 0.9,
-             cp_kind: str = "ring", schedule: str = "1f1b", precision: str = "bf16") -> Plan:
+             cp_kind: str = "ring", schedule: str = "1f1b", precision: str = "bf16",
+             regather: bool = True) -> Plan:
     """One plan, judged. Raises ValueError when the sizes do not multiply to cluster.gpus or
     an option is unknown; a shape the model cannot take (tp not dividing the heads, ...) comes
     back as a rejected Plan saying why. cp_kind: "ring" or "ulysses"; schedule: "1f1b" or
-    "dualpipe_v"; precision: "bf16" or "fp8"."""
+    "dualpipe_v"; precision: "bf16" or "fp8"; regather: TP + SP as Megatron runs it (True: the
+    QKV and fc1 inputs kept as shards and gathered again in backward, 20 (t-1)/t bsh a layer)
+    or with those inputs kept gathered (False: plain TP's 16 (t-1)/t bsh, 4 (t-1)/t sbh more
+    activations a layer)."""
     _check_options(strategy, recompute, global_batch, micro_batch, usable, cp_kind, schedule,
                    precision)
     s = Shape(dp=dp, pp=pp, ep=ep, cp=cp, tp=tp)
@@ -214,9 +218,10 @@ def evaluate(model: Model, cluster: Cluster, *, dp: int, tp: int = 1, pp: int = 
     problems += _variant_problems(model, s, m, cp_kind, schedule)
     stage, memory = fullest_stage(model, s, strategy=strategy, micro_batch=micro_batch,
                                   microbatches=m, recompute=recompute, schedule=schedule,
-                                  precision=precision)
+                                  precision=precision, regather=regather)
     nbytes = axis_bytes(model, s, strategy=strategy, micro_batch=micro_batch, microbatches=m,
-                        cp_kind=cp_kind, schedule=schedule, precision=precision)
+                        cp_kind=cp_kind, schedule=schedule, precision=precision,
+                        regather=regather)
     traffic = _traffic(cluster, s, nbytes)
     times, bubble = step_times(model, cluster, s, traffic, strategy=strategy, recompute=recompute,
                            tokens=global_batch * model.seq, m=m, micro_batch=micro_batch,

@@ -33,15 +33,17 @@ Bandwidths are bytes/s per GPU, ONE direction (NVLink datasheets quote both dire
 
 NVLink domains of 72 (`GB200_NVL72`, `GB200_NVL72_512`, `GB200_RACKS`): NVIDIA's GB200 NVL72
 rack joins 72 Blackwell GPUs by NVLink 5 through NVLink switches, 1.8 TB/s per GPU counting
-both directions, so 900 GB/s each way (`intra_bw`), against H100's 450; 13.4 TB of HBM3e over
-72 GPUs, 186 GB each; 360 PFLOP/s of FP16/BF16 a rack with 2:4 sparsity, so 2.5 PFLOP/s
-dense per GPU (NVIDIA's GB200 NVL72 datasheet); one 400 Gb/s InfiniBand NIC per GPU between
-racks, as for H100. One rack as one domain is `GB200_NVL72`: a group stays on NVLink when its
-size divides 72 (8, 24, 36, 72). Power-of-two groups of 16, 32 or 64 do not divide 72, so a
-run that wants TP 16 or EP 64 inside a rack uses 64 of its 72 GPUs and leaves 8 idle (or as
-spares): `GB200_NVL72_512` is 8 such racks, 512 GPUs in NVLink domains of 64, to set beside
-`H100_512` (64 nodes of 8). `GB200_RACKS` is the same GPUs cut into nodes of 8, as if
-NVLink stopped at 8 GPUs (an HGX B200 node), to tell the domain's effect from the GPU's.
+both directions, so 900 GB/s each way (`intra_bw`), against H100's 450; 186 GB and 2.5 PFLOP/s
+of dense bf16 per GPU (`parlab.costs.hardware`, from NVIDIA's GB200 NVL72 datasheet); one
+400 Gb/s InfiniBand NIC per GPU between racks, as for H100. One rack as one domain is
+`GB200_NVL72`: a group stays on NVLink when its size divides 72 (8, 24, 36, 72). Power-of-two
+groups of 16, 32 or 64 do not divide 72, so a run that wants TP 16 or EP 64 inside a rack uses
+64 of its 72 GPUs and leaves 8 idle (or as spares): `GB200_NVL72_512` is 8 such racks, 512
+GPUs in NVLink domains of 64, to set beside `H100_512` (64 nodes of 8). `GB200_RACKS` is the
+same GB200 GPUs with NVLink cut at 8, a cluster no one sells: it keeps the GPU and changes only
+the domain, to tell the domain's effect from the GPU's. The product with NVLink domains of 8
+is `HGX_B200_512`, 64 HGX B200 nodes: NVLink 5 inside a node, but its B200s have 180 GB and
+2.25 PFLOP/s dense (NVIDIA's HGX B200 datasheet), less than a GB200's.
 
 Runs that use the schedule and the CP variant of modules 04 and 05 (`PUBLISHED_VARIANTS`):
 - DeepSeek-V3's PP 16 × EP 64 × DP 2 ran DualPipe (arXiv:2412.19437, section 3.2.1), which
@@ -64,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 
 from parlab import costs
+from parlab.costs import hardware
 from parlab.plan.types import Cluster, Model
 
 _NVLINK4 = costs.NVLINK_PER_DIRECTION_BYTES_PER_S  # 450e9: 900 GB/s counts both directions
@@ -83,24 +86,30 @@ LLAMA3_405B = Model("Llama 3 405B", 405e9, layers=126, hidden=16384, heads=128, 
 LLAMA3_405B_LONG = Model("Llama 3 405B, 128K context", 405e9, layers=126, hidden=16384,
                          heads=128, seq=131072, vocab=128256, kv_heads=8)
 LLAMA3_CLUSTER = Cluster("16,384 × H100 80 GB (Llama 3)", gpus=16384, gpus_per_node=8,
-                         memory=80e9, intra_bw=_NVLINK4, inter_bw=_NIC, flops=989e12,
-                         inter_name="RoCE")
+                         memory=costs.H100_MEMORY_BYTES, intra_bw=_NVLINK4, inter_bw=_NIC,
+                         flops=costs.H100_BF16_FLOPS, inter_name="RoCE")
 MEGATRON_1T = Model("GPT 1T (Megatron-LM)", 1008e9, layers=128, hidden=25600, heads=160,
                     seq=2048, vocab=51200)
 MEGATRON_CLUSTER = Cluster("3,072 × A100 80 GB (Selene)", gpus=3072, gpus_per_node=8,
-                           memory=80e9, intra_bw=300e9, inter_bw=25e9, flops=312e12)
+                           memory=hardware.A100_MEMORY_BYTES, intra_bw=300e9, inter_bw=25e9,
+                           flops=costs.A100_BF16_FLOPS)
 DEEPSEEK_V3 = Model("DeepSeek-V3", 671e9, layers=61, hidden=7168, heads=128, seq=4096,
                     vocab=129280, experts=256, top_k=8, moe_layers=58,
                     expert_params=58 * 256 * 3 * 7168 * 2048)  # 58 layers × 256 SwiGLU experts
 DEEPSEEK_CLUSTER = Cluster("2,048 × H800 80 GB (DeepSeek-V3)", gpus=2048, gpus_per_node=8,
-                           memory=80e9, intra_bw=160e9, inter_bw=_NIC, flops=989e12)
+                           memory=hardware.H800_MEMORY_BYTES, intra_bw=160e9, inter_bw=_NIC,
+                            flops=costs.H800_BF16_FLOPS)
 _NVLINK5 = 900e9  # GB200 NVL72: 1.8 TB/s per GPU counts both directions
-GB200_NVL72 = Cluster("72 × GB200 (one NVL72 rack)", gpus=72, gpus_per_node=72, memory=186e9,
-                      intra_bw=_NVLINK5, inter_bw=_NIC, flops=2.5e15)
+GB200_NVL72 = Cluster("72 × GB200 (one NVL72 rack)", gpus=72, gpus_per_node=72,
+                      memory=costs.GB200_MEMORY_BYTES, intra_bw=_NVLINK5, inter_bw=_NIC,
+                      flops=costs.GB200_BF16_FLOPS)
 GB200_NVL72_512 = dataclasses.replace(GB200_NVL72, gpus=512, gpus_per_node=64,
                                       name="512 × GB200 (8 NVL72 racks, 64 GPUs of each)")
 GB200_RACKS = dataclasses.replace(GB200_NVL72_512, gpus_per_node=8,
                                   name="512 × GB200 (NVLink cut to nodes of 8)")
+HGX_B200_512 = Cluster("512 × B200 (64 HGX B200 nodes)", gpus=512, gpus_per_node=8,
+                       memory=costs.HGX_B200_MEMORY_BYTES, intra_bw=_NVLINK5, inter_bw=_NIC,
+                       flops=costs.HGX_B200_BF16_FLOPS)
 
 PRESETS: dict[str, tuple[Model, Cluster, int]] = {
     "70B on 32 H100 (practice problem 1)": (PRACTICE_70B, H100_32, 1024),

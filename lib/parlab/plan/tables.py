@@ -66,8 +66,9 @@ def axis_rows(hidden: int, seq: int, *, heads: int, ranks: int = 8, micro_batch:
                           microbatches=1)[axis]
 
     return [
-        AxisRow("TP", "each layer's weights", "4 all-reduces of (b, s, h): 2 forward, 2 backward",
-                sent(dense, "tp"), "every layer, on the critical path"),
+        AxisRow("TP", "each layer's weights", "with SP, 6 all-gathers and 4 reduce-scatters of "
+                "(b, s, h): 2 + 2 forward, 4 + 2 backward", sent(dense, "tp"),
+                "every layer, on the critical path"),
         AxisRow("PP", "the layers, into stages", "an activation forward, its gradient backward",
                 sent(dense, "pp"), "once per stage boundary"),
         AxisRow("DP", "the batch", "one all-reduce of the layer's gradients", sent(dense, "dp"),

@@ -27,7 +27,7 @@ _HINTS = {
     "kv_heads": "key/value heads of grouped-query attention, e.g. 8 (0: as many as heads)",
     "gpus": "the number of GPUs", "gpus_per_node": "GPUs per node, e.g. 8",
     "memory": "bytes per GPU, e.g. 80e9", "intra_bw": "bytes/s per direction, e.g. 450e9",
-    "inter_bw": "bytes/s per direction, e.g. 50e9", "flops": "FLOP/s per GPU, e.g. 989e12",
+    "inter_bw": "bytes/s per direction, e.g. 50e9", "flops": "FLOP/s per GPU, e.g. 989.4e12",
     "achievable": "the share of peak FLOP/s the matmuls sustain, in (0, 1], e.g. 0.6",
 }
 ACHIEVABLE = 0.6
@@ -142,8 +142,7 @@ class Cluster:
     inter_bw: float
     """Bytes/s one GPU sends to another node, one direction (one 400 Gb/s NIC per GPU: 50e9)."""
     flops: float
-    """Dense bf16 FLOP/s per GPU, peak (H100 SXM: ~989e12 on the datasheet, rounded to 1e15 in
-    `parlab.costs.H100_BF16_FLOPS`)."""
+    """Dense bf16 FLOP/s per GPU, peak (`parlab.costs.hardware`: H100 SXM 989.4e12)."""
     intra_name: str = "NVLink"
     """Name of the link inside a node, for tables and drawings."""
     inter_name: str = "InfiniBand"

@@ -21,6 +21,15 @@
   the closed form (`measure_bubbles`, `trace_result`, `replay`).
 - `plot`: space-time diagrams (`plot_schedule`, `plot_timeline`, `plot_side_by_side`) and the
   bubble over m (`plot_bubbles`).
+
+The same pipelines with PyTorch's API, `torch.distributed.pipelining` (imported from these
+modules, not from here: it costs a second to import):
+- `torch_order`: what a torch schedule ran, recorded from its stages' calls, and the table it
+  stores, both as parlab Actions (`recording`, `executed_actions`, `stored_actions`).
+- `torch_run`: PipelineStages and a schedule object on the toy model's split, one step, on p
+  ranks (`run_torch_pipeline`, `run_torch_pipelines`).
+- `torch_compare`: the course's tables and executor beside torch's run (`compare_with_torch`).
+- `plot_compare`: two orders side by side (`plot_orders`, `plot_lists`).
 """
 
 from parlab.pp.actions import (

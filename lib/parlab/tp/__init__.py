@@ -8,9 +8,12 @@
 - `attention`: `TPAttention` (split by heads), `TPBlock`, `heads_first_qkv`.
 - `sequence`: dropout on sequence shards, the LayerNorm-gradient all-reduce, SP bytes.
 - `block`: a layer with hidden dropout, `DropoutBlock` (one device) and `SPBlock` (TP + SP).
+- `regather`: `gathered_linear`, a column-parallel GEMM that keeps only its sequence shard and
+  gathers it again in backward (Megatron's; `SPBlock(regather=True)`).
 - `vocab`: the vocabulary split over the group: `VocabParallelEmbedding`,
-  `vocab_parallel_cross_entropy` (the loss without gathering the logits), `padded_vocab_size`
-  (Megatron-LM's padding) and the bytes of the logits against those of the loss.
+  `vocab_parallel_cross_entropy` (the loss without gathering the logits; the padded logits
+  masked, this course's choice), `padded_vocab_size` (Megatron-LM's padding) and the bytes of
+  the logits against those of the loss.
 """
 
 from parlab.tp.attention import TPAttention, TPBlock, heads_first_qkv
@@ -28,6 +31,7 @@ from parlab.tp.mappings import (
     scatter_to_tp_region,
     tp_rank_and_size,
 )
+from parlab.tp.regather import gathered_linear
 from parlab.tp.sequence import (
     allreduce_sequence_parallel_grads,
     column_shard,
@@ -55,5 +59,5 @@ __all__ = [
     "sequence_parallel_dropout", "allreduce_sequence_parallel_grads", "column_shard", "row_shard",
     "sp_bytes_per_layer", "DropoutBlock", "SPBlock", "VocabParallelEmbedding",
     "vocab_parallel_cross_entropy", "padded_vocab_size", "vocab_range",
-    "vocab_parallel_loss_bytes", "gathered_logits_bytes",
+    "vocab_parallel_loss_bytes", "gathered_logits_bytes", "gathered_linear",
 ]

@@ -18,6 +18,11 @@ the very same masks.
   reduce-scatter leaves attention and the MLP. After backward, call
   `allreduce_sequence_parallel_grads()`: the LayerNorms and the two biases added after a
   reduce-scatter got gradients from this rank's tokens only.
+- regather (with sequence_parallel): False (the default) gathers the LayerNorm output and
+  gives it to `F.linear`, whose autograd keeps the gathered (B, T, C) tensor for the weight
+  gradient; True keeps only this rank's (B, T/t, C) shard and all-gathers it again in the
+  backward pass, as Megatron-LM does (`parlab.tp.regather.gathered_linear`): two more
+  all-gathers a layer, the QKV and fc1 inputs t times smaller.
 
 Attention and the MLP are split as in module 02: qkv column-parallel by whole heads, proj
 row-parallel, fc1 column-parallel, fc2 row-parallel; each row-parallel bias is added once,
@@ -44,6 +49,7 @@ from parlab.tp.mappings import (
     reduce_scatter_to_sequence_parallel_region,
     tp_rank_and_size,
 )
+from parlab.tp.regather import gathered_linear
 from parlab.tp.sequence import (
     allreduce_sequence_parallel_grads,
     column_shard,
@@ -86,13 +92,14 @@ class SPBlock(nn.Module):
     its whole bias, fc1 (4C/t, C), fc2 (C, 4C/t) with its whole bias."""
 
     def __init__(self, block: DropoutBlock, *, group: dist.ProcessGroup | None = None,
-                 sequence_parallel: bool = True) -> None:
+                 sequence_parallel: bool = True, regather: bool = False) -> None:
         super().__init__()
         _, t = tp_rank_and_size(group)
         attn = block.attn
         self.local_heads = divisible(attn.n_heads, t, "n_heads",
                                      "use a number of heads that t divides")
         self.group, self.sequence_parallel = group, sequence_parallel
+        self.regather = sequence_parallel and regather
         self.causal, self.p_drop = attn.causal, getattr(block, "p_drop", 0.0)
         self.ln1, self.ln2 = copy.deepcopy(block.ln1), copy.deepcopy(block.ln2)
         self.qkv = column_shard(heads_first_qkv(attn.qkv, t), group=group)
@@ -102,8 +109,8 @@ class SPBlock(nn.Module):
 
     @classmethod
     def from_block(cls, block: DropoutBlock, *, group: dist.ProcessGroup | None = None,
-                   sequence_parallel: bool = True) -> SPBlock:
-        return cls(block, group=group, sequence_parallel=sequence_parallel)
+                   sequence_parallel: bool = True, regather: bool = False) -> SPBlock:
+        return cls(block, group=group, sequence_parallel=sequence_parallel, regather=regather)
 
     def _enter(self, h: Tensor) -> Tensor:  # SP: (B, T/t, C) -> (B, T, C); TP: f
         if self.sequence_parallel:
@@ -126,17 +133,23 @@ class SPBlock(nn.Module):
                                                  group=self.group)
             return hidden_dropout(x, p_drop=self.p_drop, generator=generator)
 
-    def _attention(self, h: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C) partial sums
+    def _column(self, h: Tensor, layer: nn.Linear) -> Tensor:
+        """The column-parallel GEMM on the LayerNorm output h: gathered first (SP; f under TP),
+        or gathered inside `gathered_linear`, which keeps only h's shard (regather)."""
         with region("QKV and fc1 inputs"):
-            qkv = F.linear(h, self.qkv.weight, self.qkv.bias)  # (B, T, 3C/t)
+            if self.regather:
+                return gathered_linear(h, layer.weight, layer.bias, group=self.group)
+            return F.linear(self._enter(h), layer.weight, layer.bias)
+
+    def _attention(self, h: Tensor) -> Tensor:  # LayerNorm output -> (B, T, C) partial sums
+        qkv = self._column(h, self.qkv)  # (B, T, 3C/t)
         with region("attention"):
             q, k, v = qkv.chunk(3, dim=-1)  # 3 x (B, T, C/t): this rank's heads
             y = attention_heads(q, k, v, self.local_heads, causal=self.causal)
             return F.linear(y, self.proj.weight)
 
-    def _mlp(self, h: Tensor) -> Tensor:  # (B, T, C) -> (B, T, C) partial sums
-        with region("QKV and fc1 inputs"):
-            u = F.linear(h, self.fc1.weight, self.fc1.bias)  # (B, T, 4C/t)
+    def _mlp(self, h: Tensor) -> Tensor:  # LayerNorm output -> (B, T, C) partial sums
+        u = self._column(h, self.fc1)  # (B, T, 4C/t)
         with region("MLP"):
             return F.linear(F.gelu(u), self.fc2.weight)
 
@@ -144,11 +157,11 @@ class SPBlock(nn.Module):
         # x: (B, T/t, C) this rank's tokens (SP) or (B, T, C) on every rank (TP)
         with region("LayerNorm"):
             h = self.ln1(x)
-        a = self._leave(self._attention(self._enter(h)), self.proj.bias)
+        a = self._leave(self._attention(h), self.proj.bias)
         x = x + self._drop(a, generator)
         with region("LayerNorm"):
             h = self.ln2(x)
-        m = self._leave(self._mlp(self._enter(h)), self.fc2.bias)
+        m = self._leave(self._mlp(h), self.fc2.bias)
         return x + self._drop(m, generator)  # same shape as the input
 
     def sequence_parallel_params(self) -> list[nn.Parameter]:

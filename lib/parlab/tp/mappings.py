@@ -16,7 +16,9 @@ Each operator is an autograd function named for the way data moves; the pairs ar
 The TP operators act on the last (feature) dimension, the SP operators on the sequence
 dimension of (B, T, C) activations (`SEQ_DIM` = 1; Megatron's (T, B, C) layout uses dim 0).
 A ring all-reduce IS a reduce-scatter then an all-gather, so trading f and g for the SP pair
-moves the same bytes (`parlab.tp.sequence.sp_bytes_per_layer`).
+moves the same bytes (`parlab.tp.sequence.sp_bytes_per_layer`), as long as the GEMMs keep the
+gathered input; keeping only the shard costs an all-gather more in backward
+(`parlab.tp.regather`).
 
 Every function takes `group=None` (the default group); with torch.distributed not initialised
 every operator is the identity (t = 1). Collectives are called as `dist.all_reduce(...)`,

@@ -14,10 +14,14 @@ need no communication; what changes is how a block is entered and left:
 
 A ring all-reduce IS a reduce-scatter then an all-gather: each sends $\frac{t-1}{t}n$ bytes,
 the all-reduce $2\frac{t-1}{t}n$. Replacing f (identity / all-reduce) and g (all-reduce /
-identity) by the pair above moves the same bytes, per layer $8\frac{t-1}{t}bsh\,e$ against
-TP's $4\cdot 2\frac{t-1}{t}bsh\,e$ with $e$ bytes per element (`sp_bytes_per_layer`);
-between the reduce-scatter and the next all-gather each rank holds only $1/t$ of the
-activation.
+identity) by the pair above moves the same bytes as long as the column-parallel GEMMs keep the
+gathered input for backward, as autograd does with `F.linear(gather(x), W)`: per layer
+$8\frac{t-1}{t}bsh\,e$ against TP's $4\cdot 2\frac{t-1}{t}bsh\,e$ with $e$ bytes per element
+(`sp_bytes_per_layer`); between the reduce-scatter and the next all-gather each rank holds
+only $1/t$ of the activation. Megatron-LM keeps only the shard and all-gathers it again in
+backward (`parlab.tp.regather`, `sp_bytes_per_layer(..., regather=True)`): two all-gathers more,
+$10\frac{t-1}{t}bsh\,e$, for $4\frac{t-1}{t}sbh$ fewer bytes kept in bf16
+(`parlab.costs.activations`).
 
 Two more things follow from the split:
 - a parameter every rank holds whole but applies to its own tokens only (LayerNorm weight and
@@ -146,14 +150,18 @@ def row_shard(linear: nn.Linear, *, group: dist.ProcessGroup | None = None) -> n
     return out
 
 
-def sp_bytes_per_layer(b: int, s: int, h: int, t: int, dtype_bytes: int = 2) -> dict[str, float]:
+def sp_bytes_per_layer(b: int, s: int, h: int, t: int, dtype_bytes: int = 2, *,
+                       regather: bool = False) -> dict[str, float]:
     r"""Bytes each rank sends per layer, forward + backward, under TP + SP, by collective.
 
     Forward: an all-gather entering attention and the MLP, a reduce-scatter leaving each;
     backward: their conjugates. Each moves the $b\cdot s\cdot h$ activation, sending
     $\frac{t-1}{t}bsh\,e$ ($e$ = dtype_bytes): 4 all-gathers and 4 reduce-scatters,
-    $8\frac{t-1}{t}bsh\,e$ in all, equal to `parlab.costs.tp_bytes_per_layer`."""
+    $8\frac{t-1}{t}bsh\,e$ in all, equal to `parlab.costs.tp_bytes_per_layer`, when the GEMMs
+    keep the gathered input (`SPBlock`'s default, module 03's block). regather=True adds the
+    backward's re-gathers of the two LayerNorm outputs (Megatron-LM, `SPBlock(regather=True)`):
+    6 all-gathers, $10\frac{t-1}{t}bsh\,e$."""
 
     n = b * s * h * dtype_bytes
-    return {"all_gather": 4 * costs.ring_allgather_bytes(n, t),
+    return {"all_gather": (6 if regather else 4) * costs.ring_allgather_bytes(n, t),
             "reduce_scatter": 4 * costs.ring_reduce_scatter_bytes(n, t)}

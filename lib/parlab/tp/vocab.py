@@ -1,11 +1,17 @@
-r"""Vocabulary-parallel embedding and cross-entropy (Megatron-LM's `VocabParallelEmbedding` and
-`_VocabParallelCrossEntropy`): the V·h table and the logits split over the vocabulary.
+r"""Vocabulary-parallel embedding and cross-entropy (after Megatron-LM's `VocabParallelEmbedding`
+and `_VocabParallelCrossEntropy`): the V·h table and the logits split over the vocabulary.
 
 Rank r of a group of t holds the rows $[rV'/t, (r+1)V'/t)$ of the table, where $V'$ is the
 vocabulary padded as Megatron-LM pads it (`padded_vocab_size`: the smallest multiple of
 `multiple`·t at least V; `--make-vocab-size-divisible-by` is 128 there, 1 here by default).
-The padded rows are zero and no id reaches them; the padded logits are excluded from the loss
-(set to $-\infty$ before anything is reduced), so they never win the softmax.
+The padded rows are zero here and no id reaches them. The padded logits are excluded from the
+loss (set to $-\infty$ before anything is reduced), so they never win the softmax: this
+course's choice, made so that the loss equals `F.cross_entropy` over the real V exactly.
+Megatron-LM does not mask them: its padded rows are initialised like the others
+(`megatron/core/tensor_parallel/layers.py`, `VocabParallelEmbedding`), and its
+`_VocabParallelCrossEntropy` (`megatron/core/tensor_parallel/cross_entropy.py`) takes the
+maximum and the sum of exponentials over every column a rank holds, the padded ones included,
+so its loss is a softmax over V' words, V' - V of which are never a target.
 
 Embedding, forward: ids outside the shard look up row 0 and are zeroed, then the ranks' partial
 outputs are all-reduced (`reduce_from_tp_region`, g: forward all-reduce, backward identity).
@@ -113,8 +119,10 @@ def _all_reduce(x: Tensor, op: Any, group: dist.ProcessGroup | None, t: int) -> 
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """forward: per-token loss from the local columns and 3 all-reduces of one number per token;
-    backward: softmax minus one-hot on the local columns, no communication."""
+    """forward: per-token loss from the local columns and 3 all-reduces of one number per token,
+    the padded columns (past vocab_size) at -inf first (this course's choice; Megatron-LM's
+    keeps them); backward: softmax minus one-hot on the local columns, times the incoming
+    gradient, no communication."""
 
     @staticmethod
     def forward(ctx: Any, logits: Tensor, target: Tensor, group: dist.ProcessGroup | None,
@@ -154,8 +162,10 @@ def vocab_parallel_cross_entropy(logits_shard: Tensor, target: Tensor,
 
     logits_shard: (..., V'/t), columns [r V'/t, (r+1) V'/t) of the logits; target: (...) word
     ids in [0, V), the same on every rank; vocab_size: V, when the last columns are padding
-    (excluded). forward: 3 all-reduces of one number per token (max, target logit, sum of
-    exponentials); backward: softmax minus one-hot, local. reduction as F.cross_entropy's."""
+    (excluded, so the loss is F.cross_entropy over the real V; Megatron-LM's function has no
+    such argument and counts them). forward: 3 all-reduces of one number per token (max,
+    target logit, sum of exponentials); backward: softmax minus one-hot, local. reduction as
+    F.cross_entropy's."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if logits_shard.shape[:-1] != target.shape:

@@ -212,5 +212,5 @@ def plot_ring_vs_ulysses(*, heads: int = 64, head_dim: int = 128, world_size: in
     axes[0].set_ylabel("exposed communication per layer (ms)")
     axes[0].legend(fontsize="small")
     fig.suptitle(f"Ring attention against Ulysses: {heads} heads of {head_dim}, causal, bf16, "
-                 f"one sequence, {costs.H100_BF16_FLOPS / 1e15:g} PFLOP/s")
+                 f"one sequence, {costs.H100_BF16_FLOPS / 1e12:,.0f} TFLOP/s")
     return fig

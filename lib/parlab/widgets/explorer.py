@@ -7,13 +7,15 @@ maths and the drawing without a browser:
     describe(summary) -> str                       an HTML line or two
     plot(summary, ax=None) -> Figure               matplotlib, labelled axes, title, legend
 
-`Explorer` wires named controls to them: any control change recomputes the summary, rewrites
-the HTML and redraws the figure in an `Output` (inline backend style: clear, display, close).
+`Explorer` wires named controls to them: any control change recomputes the summary, then
+rewrites the HTML and redraws the figure in an `Output` (inline backend style: clear, display,
+close), both from that one summary; meanwhile the old text is greyed under "updating".
 A new widget for a later module is a new triple and a few lines building an `Explorer`.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +25,7 @@ from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
 Summary = dict[str, Any]
+PENDING = "<i>updating for the new settings&hellip;</i><br>"
 
 
 class Explorer(widgets.VBox):
@@ -53,11 +56,23 @@ class Explorer(widgets.VBox):
         return {name: control.value for name, control in self.controls.items()}
 
     def refresh(self, _change: object = None) -> None:
-        self.summary = self.compute(**self.values())
-        self.html.value = self.describe(self.summary)
-        fig = self.plot(self.summary)
+        """Recompute from the controls' values, then show the text and the figure of that one
+        summary together. While it computes (a second on a slow widget) the old text is shown
+        greyed under "updating", never as the new settings' numbers; a setting the cost models
+        refuse (ValueError) is explained in place of the numbers."""
+        if self.summary:
+            self.html.value = PENDING + f'<span style="opacity: 0.45">{self.html.value}</span>'
+        try:
+            summary = self.compute(**self.values())
+            text, fig = self.describe(summary), self.plot(summary)
+        except ValueError as exc:
+            self.summary, self.figure = {}, None
+            self.html.value = f"<b>Not a possible setting:</b> {html.escape(str(exc))}"
+            self.output.clear_output()
+            return
         plt.close(fig)  # drawn once, in the Output; pyplot must not show it again
-        self.figure = fig
+        self.summary, self.figure = summary, fig
+        self.html.value = text
         with self.output:
             clear_output(wait=True)
             display(fig)

@@ -17,6 +17,18 @@ LINK_PRESETS_GBPS = {
     "100G Ethernet 12.5 GB/s": costs.ETHERNET_100G_BYTES_PER_S / 1e9,
 }
 CUSTOM = "custom (slider)"
+# the controls are 36em wide, 10em of it the description: the dropdown shows the rest, wide
+# enough for the longest preset whole (about 0.6em a character, 2em for the arrow)
+WIDTH, DESCRIPTION_WIDTH = "36em", "10em"
+
+
+def link_preset_dropdown(link: str) -> widgets.Dropdown:
+    """The link presets (and "custom") as a dropdown as wide as the sliders, so that a label
+    such as "NVLink 900 GB/s (H100, both directions)" reads whole."""
+    return widgets.Dropdown(options=[*LINK_PRESETS_GBPS, CUSTOM], value=link,
+                            description="link preset",
+                            style={"description_width": DESCRIPTION_WIDTH},
+                            layout=widgets.Layout(width=WIDTH))
 
 
 def interconnect_summary(h: float, n_tokens: float, flops: float, bandwidth: float) -> Summary:
@@ -87,8 +99,7 @@ def interconnect_explorer(h: int = 8192, n_tokens: float = 4e6, tflops: float = 
                                   step=0.01, description="link GB/s", readout_format=",.4g",
                                   continuous_update=False, style={"description_width": "10em"},
                                   layout=widgets.Layout(width="36em"))
-    preset = widgets.Dropdown(options=[*LINK_PRESETS_GBPS, CUSTOM], value=link,
-                              description="link preset", style={"description_width": "10em"})
+    preset = link_preset_dropdown(link)
 
     def preset_to_slider(change: dict) -> None:
         if change["new"] in LINK_PRESETS_GBPS:

@@ -52,13 +52,26 @@ def capacity_summary(n_tokens: int, num_experts: int, k: int, skew: float,
             "dropped_assignments": [s.dropped_assignments / (n_tokens * k) for s in sweep]}
 
 
+def _lost(tokens: int, k: int) -> str:
+    """'no token lost its expert', '1 token lost both its experts', '5 tokens lost all 3 of
+    their experts': the tokens every one of whose k choices was dropped."""
+    one = tokens <= 1
+    whose = "its" if one else "their"
+    what = (f"{whose} expert" if k == 1 else f"both {whose} experts" if k == 2
+            else f"all {k} of {whose} experts")
+    if tokens == 0:
+        return f"no token lost {what}"
+    return (f"<b>{tokens}</b> token{'' if one else 's'} lost {what} (the residual carries "
+            f"{'it' if one else 'them'} through)")
+
+
 def describe_capacity(s: Summary) -> str:
     st = s["stats"]
     return (f"capacity c = ⌈{s['capacity_factor']:g} · {s['n_tokens']} · {s['k']} / "
             f"{s['num_experts']}⌉ = <b>{st.capacity}</b> per expert; busiest expert offered "
             f"{max(st.offered)} (even share {s['n_tokens'] * s['k'] / s['num_experts']:g}); "
-            f"<b>{st.dropped_assignments}</b> of {s['n_tokens'] * s['k']} assignments dropped, "
-            f"<b>{st.dropped_tokens}</b> tokens lost every expert")
+            f"<b>{st.dropped_assignments}</b> of {s['n_tokens'] * s['k']} assignments dropped; "
+            f"{_lost(st.dropped_tokens, s['k'])}")
 
 
 def plot_capacity(s: Summary) -> Figure:
@@ -104,20 +117,42 @@ def capacity_explorer(n_tokens: int = 256, num_experts: int = 8, k: int = 2, ske
 
 def a2a_summary(n_tokens: int, hidden: int, k: int, num_experts: int,
                 gpus_per_node: int) -> Summary:
+    """The costs at every node count of NODES whose EP degree ep = nodes · gpus_per_node
+    divides the experts (each rank holds E/ep whole experts); "left_out": the node counts
+    that would give a rank less than one expert (or a fraction). Refuses (ValueError) when no
+    node count is possible: fewer experts than the GPUs of one node."""
+    if num_experts % gpus_per_node:
+        raise ValueError(f"{num_experts} experts on nodes of {gpus_per_node} GPUs: even one node "
+                         f"would give its GPUs {num_experts / gpus_per_node:g} experts each; EP "
+                         "needs a whole number of experts per GPU")
+    fits = [n for n in NODES if num_experts % (n * gpus_per_node) == 0]
     rows = {n: a2a_cost(n_tokens, hidden, k=k, num_experts=num_experts, nodes=n,
-                        gpus_per_node=gpus_per_node) for n in NODES if num_experts % n == 0}
+                        gpus_per_node=gpus_per_node) for n in fits}
     return {"n_tokens": n_tokens, "hidden": hidden, "k": k, "num_experts": num_experts,
-            "gpus_per_node": gpus_per_node, "rows": rows}
+            "gpus_per_node": gpus_per_node, "rows": rows,
+            "left_out": [n for n in NODES if n not in rows]}
+
+
+def _ep(s: Summary, nodes: int) -> str:
+    ep = nodes * s["gpus_per_node"]
+    per = s["num_experts"] // ep
+    return f"ep = {ep}, {per} expert{'s' if per > 1 else ''} per GPU"
 
 
 def describe_a2a(s: Summary) -> str:
     last = max(s["rows"])
     r = s["rows"][last]
-    return (f"at {last} nodes of {s['gpus_per_node']}: inter-node bytes per rank "
-            f"{r['flat']['inter_bytes'] / 2**20:,.1f} MiB flat, "
+    text = (f"at {last} nodes of {s['gpus_per_node']} GPUs ({_ep(s, last)}): inter-node bytes "
+            f"per rank {r['flat']['inter_bytes'] / 2**20:,.1f} MiB flat, "
             f"{r['hierarchical']['inter_bytes'] / 2**20:,.1f} MiB hierarchical; time "
             f"{r['flat']['seconds'] * 1e3:,.2f} ms against "
             f"{r['hierarchical']['seconds'] * 1e3:,.2f} ms (dispatch, one layer)")
+    if s["left_out"]:
+        eps = [n * s["gpus_per_node"] for n in s["left_out"]]
+        text += (f"<br>not shown: {', '.join(map(str, s['left_out']))} nodes (ep = "
+                 f"{', '.join(map(str, eps))} ranks for {s['num_experts']} experts): EP gives "
+                 "each rank whole experts, so ep must divide E (at most one rank per expert)")
+    return text
 
 
 def plot_a2a(s: Summary) -> Figure:
@@ -125,9 +160,12 @@ def plot_a2a(s: Summary) -> Figure:
     nodes = sorted(s["rows"])
     for name, style in (("flat", "o-"), ("hierarchical", "s-")):
         ax.plot(nodes, [s["rows"][n][name]["seconds"] * 1e3 for n in nodes], style, label=name)
-    ax.set(xscale="log", xlabel="nodes", ylabel="ms per dispatch",
-           title=f"all-to-all, {s['gpus_per_node']} GPUs per node, k = {s['k']}")
-    ax.set_xticks(nodes, [str(n) for n in nodes])
+    ax.set(xscale="log", xlabel=f"nodes G (EP degree ep = G × {s['gpus_per_node']})",
+           ylabel="ms per dispatch",
+           title=f"all-to-all, {s['num_experts']} experts, {s['gpus_per_node']} GPUs per "
+                 f"node, k = {s['k']}")
+    ax.set_xticks(nodes, [f"{n}\nep {n * s['gpus_per_node']}" for n in nodes])
+    ax.minorticks_off()
     ax.legend()
     fig.tight_layout()
     return fig

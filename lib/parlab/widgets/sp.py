@@ -19,7 +19,8 @@ layer under TP and under TP + SP.
 The notebook's tables, as Markdown text (`IPython.display.Markdown`):
 
     activation_table(b, s, h, a, t)  -> by region: one device, TP, TP + SP (closed forms)
-    sp_bytes_table(measured, ...)    -> bytes per layer: measured by the check, and at scale
+    sp_bytes_table(measured, ...)    -> bytes per layer: measured by the check, and at scale,
+                                        with and without Megatron's backward re-gathers
     layer_memory_table(tp, sp, ...)  -> saved bytes by region, measured on a real layer
 """
 
@@ -226,16 +227,20 @@ def activation_table(b: int, s: int, h: int, a: int, t: int) -> str:
 
 
 def sp_bytes_table(measured: Summary, b: int, s: int, h: int, t: int,
-                   dtype_bytes: int = 2) -> str:
+                   dtype_bytes: int = 2, *, regathered: dict[str, float] | None = None) -> str:
     """Markdown: the bytes per layer and rank the check measured (`check_sp_bytes`' summary:
-    "b", "s", "h", "t", "sp" by kind, "tp"), beside the closed forms at (b, s, h, t)."""
+    "b", "s", "h", "t", "sp" by kind, "tp"), beside the closed forms at (b, s, h, t); then
+    Megatron's TP + SP, which gathers each LayerNorm output again in backward
+    (`sp_bytes_per_layer(..., regather=True)`), measured on parlab's `SPBlock(regather=True)`
+    at the check's size when `regathered` (bytes by kind) is given."""
     m = measured
     big = sp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes)
+    again = sp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes, regather=True)
     big_tp = costs.tp_bytes_per_layer(b, s, h, t, dtype_bytes=dtype_bytes)
     head = (f"| per layer and rank, forward + backward | measured (b={m['b']}, s={m['s']}, "
             f"h={m['h']}, t={m['t']}, float32) | b={b}, s={s:,}, h={h:,}, t={t}, "
             f"{dtype_bytes} B per element |")
-    return "\n".join([
+    rows = [
         head, "|---|---|---|",
         f"| TP + SP, all-gathers | {m['sp']['all_gather']:,.0f} B | {_mib(big['all_gather'])} |",
         f"| TP + SP, reduce-scatters | {m['sp']['reduce_scatter']:,.0f} B "
@@ -243,18 +248,33 @@ def sp_bytes_table(measured: Summary, b: int, s: int, h: int, t: int,
         f"| **TP + SP, in all** | **{sum(m['sp'].values()):,.0f} B** "
         f"| **{_mib(sum(big.values()))}** |",
         f"| **plain TP, all-reduces** | **{m['tp']:,.0f} B** | **{_mib(big_tp)}** |",
-    ])
+    ]
+    if regathered is not None:
+        rows += [
+            f"| Megatron's TP + SP (inputs gathered again in backward), all-gathers "
+            f"| {regathered['all_gather']:,.0f} B | {_mib(again['all_gather'])} |",
+            f"| **Megatron's TP + SP, in all** | **{sum(regathered.values()):,.0f} B** "
+            f"| **{_mib(sum(again.values()))}** |"]
+    return "\n".join(rows)
 
 
 def layer_memory_table(tp_mem: dict[str, int], sp_mem: dict[str, int], *, yours: int,
-                       sizes: str) -> str:
+                       sizes: str, regathered: dict[str, int] | None = None) -> str:
     """Markdown: bytes saved for backward by region (SavedTensorMeter.by_region) under TP and
-    TP + SP, their ratio, and the learner's own count (`yours`) of their TP + SP layer."""
-    rows = [f"| region ({sizes}) | TP | TP + SP | TP / (TP + SP) |", "|---|---|---|---|"]
-    rows += [f"| {r} | {tp_mem[r]:,} B | {sp_mem.get(r, 0):,} B | "
-             + (f"{tp_mem[r] / sp_mem[r]:g} |" if sp_mem.get(r) else "- |") for r in tp_mem]
+    TP + SP, their ratio, and the learner's own count (`yours`) of their TP + SP layer; with
+    `regathered`, a column for TP + SP whose GEMMs keep only their input's shard and gather it
+    again in backward (`SPBlock(regather=True)`, Megatron's)."""
+    again = regathered is not None
+    rows = [f"| region ({sizes}) | TP | TP + SP | TP / (TP + SP) |"
+            + (" TP + SP, re-gathered |" if again else ""),
+            "|---|---|---|---|" + ("---|" if again else "")]
+    for r in tp_mem:
+        row = (f"| {r} | {tp_mem[r]:,} B | {sp_mem.get(r, 0):,} B | "
+               + (f"{tp_mem[r] / sp_mem[r]:g} |" if sp_mem.get(r) else "- |"))
+        rows.append(row + (f" {regathered.get(r, 0):,} B |" if regathered is not None else ""))
     tp_total, sp_total = sum(tp_mem.values()), sum(sp_mem.values())
     rows.append(f"| **whole layer** | **{tp_total:,} B** | **{sp_total:,} B** "
-                f"| {tp_total / sp_total:.2f} |")
+                f"| {tp_total / sp_total:.2f} |"
+                + (f" **{sum(regathered.values()):,} B** |" if regathered is not None else ""))
     return ("\n".join(rows) + f"\n\nYour `saved_bytes` on your `SPBlock`: **{yours:,} B** "
             f"(the reference TP + SP layer: {sp_total:,} B).")

@@ -33,7 +33,7 @@ from matplotlib.patches import Rectangle
 
 from parlab import costs
 from parlab.widgets.explorer import Explorer, Summary, log_slider
-from parlab.widgets.interconnect import CUSTOM, LINK_PRESETS_GBPS
+from parlab.widgets.interconnect import CUSTOM, LINK_PRESETS_GBPS, link_preset_dropdown
 
 T_VALUES = (1, 2, 4, 8, 16, 32, 64)
 NVLINK_DOMAIN = 8  # GPUs per HGX/DGX H100 node: the NVLink/NVSwitch domain
@@ -143,15 +143,15 @@ def tp_comm_explorer(b: int = 1, s: int = 8192, h: int = 8192, t: int = 8,
                      link: str = next(iter(LINK_PRESETS_GBPS)),
                      dtype: str = next(iter(DTYPES))) -> Explorer:
     """Sliders b, s, h, t, TFLOP/s and GB/s, a link preset and a dtype; defaults: the course's
-    practice problem 2 (b = 1, s = h = 8192, t = 8, bf16, NVLink 900 GB/s, 1 PFLOP/s).
+    practice problem 2 (b = 1, s = h = 8192, t = 8, bf16, NVLink 900 GB/s, an H100's dense
+    bf16 peak).
 
     Controls (keys of `.controls`): "b", "s", "h", "t", "tflops", "gbps", "dtype_bytes";
     the link dropdown is `.preset` (picking one moves the GB/s slider).
     """
     wide = {"style": {"description_width": "10em"}, "layout": widgets.Layout(width="36em")}
     gbps = log_slider("link GB/s", LINK_PRESETS_GBPS[link], 10, 0, 3.5, 0.01, ",.4g")
-    preset = widgets.Dropdown(options=[*LINK_PRESETS_GBPS, CUSTOM], value=link,
-                              description="link preset", style={"description_width": "10em"})
+    preset = link_preset_dropdown(link)
 
     def preset_to_slider(change: dict[str, Any]) -> None:
         if change["new"] in LINK_PRESETS_GBPS:
@@ -236,7 +236,7 @@ def tp_cost_table(b: int, s: int, h: int, t: int, dtype_bytes: int = 2,
             f"| sent per rank by one ring all-reduce, $2\\frac{{t-1}}{{t}}$ of it "
             f"| {costs.ring_allreduce_bytes(activation, t) / 2**20:,.0f} MiB |",
             f"| per layer: 4 all-reduces, forward + backward | {per_layer / 2**20:,.0f} MiB |",
-            f"| compute per layer and rank, `layer_flops / t` at {flops / 1e15:g} PFLOP/s "
+            f"| compute per layer and rank, `layer_flops / t` at {flops / 1e12:,.0f} TFLOP/s "
             f"| {_ms(compute)} |"]
     links = ["", "| link | communication per layer | communication / compute "
              "| exposed share of the layer's time, no overlap |", "|---|---|---|---|"]

@@ -314,6 +314,6 @@ def memory_explorer_3d(*, model: planner.Model, cluster: planner.Cluster, global
 def h100_cluster(gpus: int) -> planner.Cluster:
     """H100 80 GB nodes of 8 on NVLink (450 GB/s a direction) and 400G InfiniBand (50 GB/s)."""
     return planner.Cluster(f"{gpus} × H100 80 GB ({gpus // 8} nodes)", gpus=gpus,
-                           gpus_per_node=8, memory=80e9,
+                           gpus_per_node=8, memory=costs.H100_MEMORY_BYTES,
                            intra_bw=costs.NVLINK_PER_DIRECTION_BYTES_PER_S,
-                           inter_bw=costs.NIC_400G_BYTES_PER_S, flops=989e12)  # dense bf16 peak
+                           inter_bw=costs.NIC_400G_BYTES_PER_S, flops=costs.H100_BF16_FLOPS)

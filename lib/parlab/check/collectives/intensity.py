@@ -5,8 +5,13 @@ compare the learner's numbers with `parlab.costs` (relative tolerance 1e-6, so f
 fine): tensor parallelism offers $\approx H$, data parallelism $3N_{tok}$ (the all-reduce
 counted as 2P gradient elements), a link needs FLOP/s / (bytes/s), headroom is offered /
 needed and a strategy is compute-bound when its headroom is at least 1. The points: the
-worked example's numbers (H = 8192, 4M tokens, 1 PFLOP/s) on its three links, then random
+worked example's numbers (H = 8192, 4M tokens, 989.4 TFLOP/s) on its three links, then random
 points with hidden sizes that are not powers of two.
+
+A right answer does not depend on, and the tests vary: every argument (the visible tests of both
+checks add 20 random points, the hidden ones 200: H, tokens, FLOP/s and bytes/s drawn
+log-uniformly), so a number of the worked example written in (its H, its 989.4 TFLOP/s, one of
+its links) fails visibly and is named when the answer matches it.
 
 While the learner's functions run, parlab.costs' FLOPs-per-byte functions are refused
 (`call_learner(refuse=...)`): a wrapper around them gets the same message as a bare re-export.
@@ -142,6 +147,23 @@ def check_intensities(tp_intensity: Callable, dp_intensity: Callable,
         print(f"intensities OK at {len(_points(random_points, seed))} points")
 
 
+def _worked_in_placement(p: dict, key: str) -> dict[float, str]:
+    """Ratios got/expected of a headroom computed with one of the worked example's numbers in
+    place of the argument (at a random point, where they differ), each with its hint."""
+    said = "the worked example's {} written in instead of the argument {}: compute from the " \
+           "arguments (the test also uses other devices, links and sizes)"
+    out = {p["flops_per_s"] / WORKED_POINT["flops_per_s"]:
+           said.format(f"{WORKED_POINT['flops_per_s'] / 1e12:g} TFLOP/s", "flops_per_s")}
+    for link in LINKS:
+        out.setdefault(link / p["bytes_per_s"],
+                       said.format(f"link of {link / 1e9:g} GB/s", "bytes_per_s"))
+    offered = costs.tp_flops_per_byte if key == "tp" else costs.dp_flops_per_byte
+    arg = "h" if key == "tp" else "n_tokens"
+    out.setdefault(offered(WORKED_POINT[arg]) / offered(p[arg]),
+                   said.format(f"{arg} = {WORKED_POINT[arg]:g}", arg))
+    return {r: h for r, h in out.items() if abs(r - 1) > 1e-6}  # at a worked point: no story
+
+
 def _shape_ok(out: Any) -> bool:
     return isinstance(out, dict) and set(out) == {"tp", "dp"} and all(
         isinstance(v, dict) and {"compute_bound", "headroom"} <= set(v) for v in out.values())
@@ -168,6 +190,7 @@ def check_placement(placement: Callable, *, random_points: int = 0, seed: int = 
             hints = {1 / want**2: "inverted: headroom = what the strategy offers / what the "
                                   "link needs (intensity / link requirement); above 1 is "
                                   "compute-bound"}
+            hints.update(_worked_in_placement(p, key))
             hints.update(_DP_HINTS if key == "dp" else _tp_hints(p["h"]))
             _number(out[key]["headroom"], want, f'{call}["{key}"]["headroom"]', hints)
             bound = out[key]["compute_bound"]

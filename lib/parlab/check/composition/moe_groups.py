@@ -7,8 +7,14 @@ that reduces its expert gradients (its pp, ep and tp: dp × cp vary). Each group
 all-reduce of a one-hot vector of the rank numbers: the sum is exactly the group's membership,
 compared with the ranks that share this rank's coordinates on the fixed axes
 (`parlab.compose.grid.gradient_groups`, `make_grid`'s `dp` and `expert_dp`). Visible: 4 ranks,
-DP 2 × EP 2 and EP 2 × CP 2; hidden: 8 ranks, DP 2 × EP 2 × TP 2, PP 2 × EP 2 × CP 2 and DP 4 ×
-EP 2, every grid in one run per world size.
+DP 2 × EP 2, EP 2 × CP 2 and EP 2 × TP 2 (a dense group of 2 in a world of 4); hidden: 8
+ranks, DP 2 × EP 2 × TP 2, PP 2 × EP 2 × CP 2 and DP 4 × EP 2, every grid in one run per world
+size.
+
+A right answer must not depend on: the world size against the groups' sizes (the visible
+EP 2 × TP 2 grid has groups of 2 in a world of 4), which axes are named in `sizes` (a missing
+axis has size 1), the axes' sizes (DP 4, hidden), or the order in which the ranks create the
+groups, as long as every rank creates every group in the same order.
 
 A wrong membership is compared with the groups of the likely mistakes (the EP ranks left out of
 the dense group, experts averaged over the dense group, CP forgotten, TP or PP let vary, the
@@ -44,7 +50,7 @@ __all__ = ["check_moe_groups", "GROUP_CASES", "NAMES", "references", "call_guard
 NAMES = ("dense", "expert")
 AXES = ("dp", "pp", "ep", "cp", "tp")
 GROUP_CASES: dict[str, dict[int, list[dict[str, int]]]] = {
-    "visible": {4: [{"dp": 2, "ep": 2}, {"ep": 2, "cp": 2}]},
+    "visible": {4: [{"dp": 2, "ep": 2}, {"ep": 2, "cp": 2}, {"ep": 2, "tp": 2}]},
     "hidden": {8: [{"dp": 2, "ep": 2, "tp": 2}, {"pp": 2, "ep": 2, "cp": 2},
                    {"dp": 4, "ep": 2}]}}
 """World size -> the grids moe_groups is called on, in one run (the visible test; quiet=True,

@@ -8,6 +8,10 @@ and the block gradients come from the given `block_attention_backward`. Point-to
 only, each to the right neighbour with K's dtype and one to four blocks (a block travels with
 its accumulators in one message or in several; `Recorder`, before the call is made);
 every input unchanged after the call; parlab's ring functions refused while it runs.
+
+A right answer must not depend on W (2 and 3 visible, 4 hidden), the layout, the mask, the
+upstream gradient (dout is random, not ones) or the sizes (the last case has batch 2, 3 heads
+of 6 and 4 tokens per rank, as in the forward check).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ def _backward_worker(fn: Callable, cases: list[RingCase]) -> list[dict]:
     rank, world, dev = env()
     results = []
     for case in cases:
-        q, k, v, dout = inputs(case.seed, world * N, count=4)
-        pos = torch.arange(world * N)
+        q, k, v, dout = inputs(case.seed, case.seq, count=4, dims=case.dims)
+        pos = torch.arange(case.seq)
         out, lse = reference(q, k, v, pos, pos, case.causal)
         mine = case.table[rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v, out)]
@@ -49,8 +53,8 @@ def _backward_worker(fn: Callable, cases: list[RingCase]) -> list[dict]:
 
 def _autograd(case: RingCase, world: int) -> tuple[list[Tensor], list[Tensor]]:
     """(dq, dk, dv) of the whole sequence, and dk restricted to each rank's own queries."""
-    q, k, v, dout = inputs(case.seed, world * N, count=4)
-    pos = torch.arange(world * N)
+    q, k, v, dout = inputs(case.seed, case.seq, count=4, dims=case.dims)
+    pos = torch.arange(case.seq)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     out, _ = reference(leaves[0], leaves[1], leaves[2], pos, pos, case.causal)
     (out * dout).sum().backward()

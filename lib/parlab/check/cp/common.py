@@ -4,7 +4,9 @@ The references are written out here, independent of parlab's own attention code:
 attention in float64 (`reference`), with lse = torch.logsumexp of the masked scores and the
 gradients from autograd through it. Inputs are seeded, the same on every rank; rank r gets
 the rows of its positions, `x[..., pos[r], :]`. Each rank holds N = 6 tokens, so the sequence
-is 6W long: 12, 18, 24 tokens on 2, 3, 4 ranks, never a power of two.
+is 6W long: 12, 18, 24 tokens on 2, 3, 4 ranks, never a power of two; batch 1, 2 heads of 8.
+One case of each ring check (and of the merge) has other sizes, `OTHER_DIMS` and `OTHER_N`
+(batch 2, 3 heads of 6, 4 tokens per rank): an answer must read them from its tensors.
 
 `lse_story` turns a wrong (out, lse) into a likely-mistake sentence; `RingCase` is one case
 of the ring checks (layout, mask, dtype, scale, tolerance, position table).
@@ -18,10 +20,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["B", "H", "D", "N", "SEED", "F64_TOL", "F32_TOL", "LARGE_TOL", "RingCase",
-           "inputs", "reference", "lse_story"]
+__all__ = ["B", "H", "D", "N", "OTHER_DIMS", "OTHER_N", "SEED", "F64_TOL", "F32_TOL",
+           "LARGE_TOL", "RingCase", "inputs", "reference", "lse_story"]
 
 B, H, D, N = 1, 2, 8, 6  # batch, heads, head dim, tokens per rank (even: zigzag needs it)
+OTHER_DIMS, OTHER_N = (2, 3, 6), 4  # one case of each ring check: other sizes, read from k
 SEED = 505
 F64_TOL = {"rtol": 1e-10, "atol": 1e-12}  # float64: blocks only change the summation order
 F32_TOL = {"rtol": 1e-5, "atol": 1e-6}  # float32 against a float64 reference: rounding
@@ -70,17 +73,26 @@ class RingCase:
     tol: tuple[float, float]  # (rtol, atol)
     table: Tensor  # (W, n) global positions of every rank's tokens
     seed: int
+    dims: tuple[int, int, int] = (B, H, D)  # batch, heads, head size
 
     @property
     def tolerance(self) -> dict[str, float]:
         return {"rtol": self.tol[0], "atol": self.tol[1]}
 
+    @property
+    def seq(self) -> int:
+        """T, the tokens of every rank together."""
+        return self.table.numel()
+
 
 def inputs(seed: int, seq_len: int, dtype: torch.dtype = torch.float64,
-           scale: float = 1.0, count: int = 3) -> list[Tensor]:
-    """`count` tensors (B, H, T, D), seeded; q is multiplied by `scale` (large logits)."""
+           scale: float = 1.0, count: int = 3,
+           dims: tuple[int, int, int] = (B, H, D)) -> list[Tensor]:
+    """`count` tensors (batch, heads, T, head size) of `dims`, seeded; q is multiplied by
+    `scale` (large logits)."""
     gen = torch.Generator().manual_seed(seed)
-    out = [torch.randn(B, H, seq_len, D, generator=gen, dtype=torch.float64)
+    batch, heads, head = dims
+    out = [torch.randn(batch, heads, seq_len, head, generator=gen, dtype=torch.float64)
            for _ in range(count)]
     out[0] = out[0] * scale
     return [x.to(dtype) for x in out]

@@ -10,6 +10,12 @@ together), each send as large as the receive at the same place in the rank's ord
 before the call is made; q, k, v and pos unchanged
 after the call; and the overlap: every compute phase but the last must run while a receive
 is in flight. parlab's ring functions are refused while the learner's ring runs.
+
+A right answer must not depend on W (the visible test runs 2 and 3 ranks: on 2 both
+neighbours are one rank; the hidden one 4), on which positions a rank holds (three layouts),
+on the mask (causal and not), the dtype, or the sizes: the last case has batch 2, 3 heads of
+6 and 4 tokens per rank instead of 1, 2 heads of 8 and 6, so a buffer of a written-in shape
+fails there (parlab.check.cp.common).
 """
 
 from __future__ import annotations
@@ -26,8 +32,13 @@ from parlab.check.cp.common import (
     F64_TOL,
     LARGE_TOL,
     MASK,
+    OTHER_DIMS,
+    OTHER_N,
     OVERLAP,
     SEED,
+    B,
+    D,
+    H,
     N,
     RingCase,
     inputs,
@@ -44,8 +55,8 @@ HANG = DEADLOCK  # a receive from the wrong neighbour is stopped before it is ma
 
 
 def ring_cases(world: int, *, backward: bool = False) -> list[RingCase]:
-    """The ring checks' cases on `world` ranks (module docstrings of forward and backward)."""
-    seq = world * N
+    """The ring checks' cases on `world` ranks (module docstrings of forward and backward):
+    N tokens per rank of (B, H, D), and last a zigzag causal case of other sizes."""
     if backward:
         specs = [(lay, c, torch.float64, 1.0, F64_TOL) for lay, c in
                  (("contiguous", False), ("contiguous", True), ("striped", True),
@@ -53,13 +64,19 @@ def ring_cases(world: int, *, backward: bool = False) -> list[RingCase]:
     else:
         specs = [(lay, c, torch.float64, 1.0, F64_TOL) for c in (False, True) for lay in LAYOUTS]
         specs.append(("contiguous", True, torch.float32, 60.0, LARGE_TOL))
+    specs.append(("zigzag", True, torch.float64, 1.0, F64_TOL))  # other sizes (below)
     cases = []
     for i, (lay, causal, dtype, scale, tol) in enumerate(specs):
+        other = i == len(specs) - 1
+        dims, n = (OTHER_DIMS, OTHER_N) if other else ((B, H, D), N)
         name = (f"{lay} layout, {'causal' if causal else 'not causal'}, "
                 f"{str(dtype).replace('torch.', '')}"
-                + (" with large scores (lse up to ~200)" if scale > 1 else ""))
+                + (" with large scores (lse up to ~200)" if scale > 1 else "")
+                + (f", other sizes (batch {dims[0]}, {dims[1]} heads of {dims[2]}, {n} tokens "
+                   "per rank)" if other else ""))
         cases.append(RingCase(name, lay, causal, dtype, scale, (tol["rtol"], tol["atol"]),
-                              position_table(lay, world, seq), SEED + 100 * backward + i))
+                              position_table(lay, world, world * n),
+                              SEED + 100 * backward + i, dims))
     return cases
 
 
@@ -67,7 +84,7 @@ def _forward_worker(fn: Callable, cases: list[RingCase]) -> list[dict]:
     rank, world, dev = env()
     results = []
     for case in cases:
-        q, k, v = inputs(case.seed, world * N, case.dtype, case.scale)
+        q, k, v = inputs(case.seed, case.seq, case.dtype, case.scale, dims=case.dims)
         mine = case.table[rank]
         args = [x[..., mine, :].contiguous().to(dev) for x in (q, k, v)]
         got, events = call_ring(fn, case, args, ("q", "k", "v"), what="ring_attention",
@@ -114,8 +131,8 @@ def _shapes(got: dict, want_out: Tensor, want_lse: Tensor, case: RingCase, rank:
 def _values(results: list, cases: list[RingCase], world: int) -> None:
     passed_plain = set()
     for i, case in enumerate(cases):
-        q, k, v = inputs(case.seed, world * N, case.dtype, case.scale)
-        pos = torch.arange(world * N)
+        q, k, v = inputs(case.seed, case.seq, case.dtype, case.scale, dims=case.dims)
+        pos = torch.arange(case.seq)
         want_out, want_lse = reference(q, k, v, pos, pos, case.causal)
         for rank in range(world):
             got, mine = results[rank][i], case.table[rank]

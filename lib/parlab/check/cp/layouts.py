@@ -8,6 +8,10 @@ and the positions are those of the layout asked for; parlab's reference ring att
 tokens placed by the learner's positions, still matches full attention (float64, 1e-10).
 It stands on its own (the ring is parlab's). parlab's `layout_positions` is refused while the
 learner's function runs.
+
+A right answer must not depend on W or T: the visible closed forms run W = 2, 3, 4, 5, 8 with
+6 to 16 tokens per rank (a zigzag chunk of 3 to 8), every rank of each; the runs on ranks (2
+visible, 3 and 4 hidden) only confirm that the positions place tokens for the ring.
 """
 
 from __future__ import annotations

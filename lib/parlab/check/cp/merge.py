@@ -8,6 +8,11 @@ the float64 reference to rtol 1e-5 (scores near 1) and 1e-4 (scores up to ~200, 
 float32's exp would overflow without the max shift). Block sizes are not powers of two. The
 inputs must be left unchanged, and out and lse come back in the dtypes given. parlab's own
 `merge_partials` is refused while the learner's merge runs.
+
+A right answer must not depend on the block sizes (3 to 11 keys), on which block is fully
+masked (the first, the second, both), on the dtype and the size of the scores, on the order
+of the merges (four blocks folded from the empty partial) or on the batch, heads and head
+size (one case has 2, 3 and 5 instead of 1, 2 and 8).
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ from parlab.check.cp.common import (
     F32_TOL,
     F64_TOL,
     LARGE_TOL,
+    OTHER_DIMS,
     SEED,
     WEIGHTS,
+    B,
+    D,
+    H,
     inputs,
     lse_story,
     reference,
@@ -63,6 +72,9 @@ def _merge_cases() -> list[dict[str, Any]]:
         {"name": "float32 with large scores (lse up to ~200)", "q": ar(0, 6),
          "blocks": [ar(0, 7), ar(7, 18)], "causal": False, "dtype": torch.float32,
          "scale": 60.0, "tol": LARGE_TOL},
+        {"name": f"causal, other sizes (batch {OTHER_DIMS[0]}, {OTHER_DIMS[1]} heads of "
+         f"{OTHER_DIMS[2]}), float64", "q": ar(2, 9), "blocks": [ar(0, 4), ar(4, 9)],
+         "causal": True, "dims": OTHER_DIMS, **f64},
     ]
 
 
@@ -85,7 +97,8 @@ def _merged(merge: Callable, got: tuple[Tensor, Tensor], part: tuple[Tensor, Ten
 def _merge_case(merge: Callable, case: dict[str, Any], seed: int) -> None:
     q_pos, key_blocks, name = case["q"], case["blocks"], case["name"]
     seq = int(max(int(b.max()) for b in key_blocks)) + 1
-    q_all, k, v = inputs(seed, max(seq, int(q_pos.max()) + 1), case["dtype"], case["scale"])
+    q_all, k, v = inputs(seed, max(seq, int(q_pos.max()) + 1), case["dtype"], case["scale"],
+                         dims=case.get("dims", (B, H, D)))
     q = q_all[..., q_pos, :]  # (B, H, nq, D)
     parts = [block_attention(q, k[..., b, :], v[..., b, :], q_pos, b, causal=case["causal"])
              for b in key_blocks]

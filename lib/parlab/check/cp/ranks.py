@@ -118,7 +118,9 @@ class Recorder:
             fail(f"{said}: not a whole number of blocks of shape {self.shape} (K's), one to "
                  "four of them. Stopped before the exchange", rank=rank,
                  hint="send K's blocks (or K, V and their accumulators packed together); "
-                      "receive into a buffer of the same shape")
+                      "receive into a buffer made from them, torch.empty_like(k): the batch, "
+                      "heads, tokens per rank and head size change from case to case, so "
+                      "never write them in")
         mine, theirs = (self.sent, self.received) if sends else (self.received, self.sent)
         mine.append(n)
         if len(mine) <= len(theirs) and theirs[len(mine) - 1] != n:

@@ -15,6 +15,11 @@ batch 2, float64 (sizes no answer can special-case: 5 tokens, 12/W heads per ran
    gradients against full attention on one device by autograd (rtol 1e-10).
 parlab's own `seq_to_heads`, `heads_to_seq` and Ulysses layer are refused while the
 learner's code runs. The check stands on its own: it uses no earlier exercise.
+
+A right answer must not depend on W (2, 3 and 4 visible, 6 hidden: 2 heads per rank) or on
+the head count (12 for q, W for k and v: read H from the input). The batch (2), the tokens
+per rank (5, never W) and the head size (4) are fixed; they are read from the input's shape,
+and a batch of 2 shows a reshape that takes the rank blocks for the batch.
 """
 
 from __future__ import annotations

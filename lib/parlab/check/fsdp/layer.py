@@ -14,6 +14,12 @@ float32, summation order only); its shard of $\bar g$ and of the updated $\theta
 the gathered $\theta$ still referenced by the layer after backward; and the bytes
 $3\frac{d-1}{d}\cdot 4P$ (all-gather in forward, all-gather again in backward, reduce-scatter
 of the gradient). parlab.dp.fsdp is refused in the ranks.
+
+A right answer does not depend on, and the tests vary: the layer's sizes (visible 8 x 8 on 2
+ranks and 2 -> 3 on 3, hidden 5 -> 6), the world size (visible 2 and 3, hidden 4), what each
+rank holds (its own rows x_r) and the upstream gradient of the custom autograd Function
+(random and different on every rank, never 1, so a backward that drops grad_y fails). Fixed:
+float32 (the helpers' test varies the dtype), N = 3 rows (x is (N, in), as the exercise says).
 """
 
 from __future__ import annotations

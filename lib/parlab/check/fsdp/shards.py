@@ -10,7 +10,14 @@ r"""Module 01, exercise 2 (first test): `check_flat_shards`, the three helpers o
   unchanged.
 
 Values are compared exactly for the shard and the gather (copies), to rtol=1e-5, atol=1e-6
-for the mean (float32, summation order). parlab.dp.fsdp is refused while they run.
+for the mean (float32 or float64, summation order). parlab.dp.fsdp is refused while they run.
+In the ranks every all-gather and reduce-scatter is watched before it reaches gloo: a buffer of
+another dtype than what is sent is named (gloo's own words do not say which buffer).
+
+A right answer does not depend on, and the tests vary: the world size (visible 2 and 3, hidden
+3 and 4), P (visible 72 and 24, hidden 36 and 60), the dtype (visible float32 and float64:
+buffers made with torch.empty(n) are float32 whatever the shard is), the values and which
+rank holds what (random, `seed`, every rank's gradient different).
 """
 
 from __future__ import annotations
@@ -48,12 +55,48 @@ SHAPES = ("the flat vectors are 1-D: all_gather_flat (n,) -> (P,) with torch.cat
           ".contiguous()) and dist.reduce_scatter(out, chunks)")
 
 
-def _flat(numel: int, seed: int) -> torch.Tensor:
-    return torch.randn(numel, generator=torch.Generator().manual_seed(seed))
+DTYPE = ("make the buffers from what is sent: torch.empty_like(shard) for the gathered parts, "
+         "torch.empty_like(chunk) for the reduce-scatter's output (torch.empty(n) and "
+         "torch.zeros(n) are float32 whatever the shard is)")
+_WATCHED = ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor")
 
 
-def _grad(numel: int, seed: int, rank: int) -> torch.Tensor:
-    return torch.randn(numel, generator=torch.Generator().manual_seed(seed + 1000 + rank))
+def _flat(numel: int, seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(numel, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _grad(numel: int, seed: int, rank: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + 1000 + rank)
+    return torch.randn(numel, generator=gen).to(dtype)
+
+
+def _watch_dtypes(rank: int) -> None:
+    """In a rank: every all-gather and reduce-scatter must receive into tensors of the dtype it
+    sends, checked before the call (gloo refuses with "Invalid usage of tensors with different
+    dtypes", which names no buffer; NCCL may not refuse at all). Wraps what parlab.comm
+    installed, so the tracer still counts every call."""
+    import torch.distributed as dist
+
+    from parlab import comm
+
+    comm.install()
+
+    def watched(kind: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(output: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+            outs = list(output) if isinstance(output, (list, tuple)) else [output]
+            ins = list(input) if isinstance(input, (list, tuple)) else [input]
+            got = {t.dtype for t in outs if isinstance(t, torch.Tensor)}
+            sent = {t.dtype for t in ins if isinstance(t, torch.Tensor)}
+            if len(sent) == 1 and got and got != sent:
+                fail(f"{kind} would receive into {', '.join(map(str, sorted(got, key=str)))} "
+                     f"what is sent as {next(iter(sent))} (torch does not convert; the check "
+                     "stopped the call before the exchange)", rank=rank, hint=DTYPE)
+            return original(output, input, *args, **kwargs)
+        return call
+
+    for kind in _WATCHED:
+        if hasattr(dist, kind):
+            setattr(dist, kind, watched(kind, getattr(dist, kind)))
 
 
 def shard_story(got: torch.Tensor, flat: torch.Tensor, rank: int, d: int) -> str:
@@ -67,8 +110,9 @@ def shard_story(got: torch.Tensor, flat: torch.Tensor, rank: int, d: int) -> str
     return ""
 
 
-def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: int) -> None:
-    flat = _flat(numel, seed)
+def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: int,
+                      dtype: torch.dtype) -> None:
+    flat = _flat(numel, seed, dtype)
     before, n = flat.clone(), numel // d
     for rank in range(d):
         label = f"take_shard(flat of {numel} elements, rank={rank}, t={d})"
@@ -86,14 +130,15 @@ def _check_take_shard(take_shard: Callable[..., Any], numel: int, d: int, seed: 
 
 
 def _worker(all_gather_flat: Callable[..., Any], reduce_scatter_flat: Callable[..., Any],
-            numel: int, seed: int) -> dict:
+            numel: int, seed: int, dtype: torch.dtype) -> dict:
     from parlab import comm
 
     rank, d, dev = env()
     refuse_fsdp_in_rank()
+    _watch_dtypes(rank)
     n = numel // d
-    shard = _flat(numel, seed)[rank * n:(rank + 1) * n].clone().to(dev)
-    grad, before = _grad(numel, seed, rank).to(dev), shard.clone()
+    shard = _flat(numel, seed, dtype)[rank * n:(rank + 1) * n].clone().to(dev)
+    grad, before = _grad(numel, seed, rank, dtype).to(dev), shard.clone()
     g_before = grad.clone()
     with comm.trace() as tr:
         full = harness.call_learner("all_gather_flat(shard)", all_gather_flat, shard,
@@ -155,10 +200,10 @@ def _check_scatter(res: dict, want: torch.Tensor, rank: int, d: int) -> None:
              rank=rank, hint="divide the result, not the input: out / t")
 
 
-def _check_bytes(events: list, call_name: str, want: float, rank: int) -> None:
+def _check_bytes(events: list, call_name: str, want: float, rank: int, es: int) -> None:
     sent = sum(b for _, b in events)
     if abs(sent - want) > 1e-6 * want:
-        fail(f"{call_name} sent {sent:,.0f} B, expected (d-1)/d * 4P = {want:,.0f} B",
+        fail(f"{call_name} sent {sent:,.0f} B, expected (d-1)/d * {es}P = {want:,.0f} B",
              rank=rank, hint="one collective over the whole flat vector: a ring all-gather "
              "or reduce-scatter sends (d-1)/d of it; more means extra calls")
 
@@ -166,30 +211,37 @@ def _check_bytes(events: list, call_name: str, want: float, rank: int) -> None:
 @harness.exercise("fsdp_shards")
 def check_flat_shards(take_shard: Callable[..., Any], all_gather_flat: Callable[..., Any],
                       reduce_scatter_flat: Callable[..., Any], *, world_size: int = 2,
-                      numel: int = 72, seed: int = 0, timeout: float = harness.CHECK_TIMEOUT_S,
-                      quiet: bool = False) -> None:
-    """The three helpers of FSDPLinear on `world_size` ranks (see the module docstring)."""
+                      numel: int = 72, seed: int = 0, dtype: torch.dtype = torch.float32,
+                      timeout: float = harness.CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+    """The three helpers of FSDPLinear on `world_size` ranks, vectors of `numel` elements of
+    `dtype` (see the module docstring)."""
     d = world_size
     if numel % d:
         raise ValueError(f"numel must be a multiple of world_size; got {numel}, {d}")
     for fn, name in ((take_shard, "take_shard"), (all_gather_flat, "all_gather_flat"),
                      (reduce_scatter_flat, "reduce_scatter_flat")):
         not_fsdp(fn, name)
-    _check_take_shard(take_shard, numel, d, seed)
+    _check_take_shard(take_shard, numel, d, seed, dtype)
     results = harness.run_checked(
-        _worker, d, all_gather_flat, reduce_scatter_flat, numel, seed,
+        _worker, d, all_gather_flat, reduce_scatter_flat, numel, seed, dtype,
         what="all_gather_flat and reduce_scatter_flat", timeout=timeout,
         hang_hint="every rank must make the same collective calls, in the same order, with "
         "tensors of the same size")
-    flat, n = _flat(numel, seed), numel // d
-    mean = sum(_grad(numel, seed, q) for q in range(d)) / d
+    flat, n = _flat(numel, seed, dtype), numel // d
+    es = flat.element_size()
+    mean = sum(_grad(numel, seed, q, dtype).double() for q in range(d)) / d
     for rank, res in enumerate(results):
+        for key, name in (("full", "all_gather_flat(shard)"),
+                          ("mine", "reduce_scatter_flat(grad)")):
+            if isinstance(res[key], torch.Tensor) and res[key].dtype != dtype:
+                fail(f"{name} returned {res[key].dtype} for a {dtype} input", rank=rank,
+                     hint=DTYPE)
         _check_gather(res, flat, rank, d)
         _check_scatter(res, torch.as_tensor(mean)[rank * n:(rank + 1) * n], rank, d)
         for key, name in (("gather", "all_gather_flat(shard)"),
                           ("scatter", "reduce_scatter_flat(grad)")):
-            _check_bytes(res[key], name, (d - 1) / d * numel * 4, rank)
+            _check_bytes(res[key], name, (d - 1) / d * numel * es, rank, es)
     if not quiet:
         print(f"take_shard, all_gather_flat and reduce_scatter_flat OK on {d} ranks "
-              f"(P = {numel}): shards own their storage, inputs unchanged, "
-              f"{(d - 1) / d * numel * 4:,.0f} B per collective. Passed.")
+              f"(P = {numel}, {str(dtype).replace('torch.', '')}): shards own their storage, "
+              f"inputs unchanged, {(d - 1) / d * numel * es:,.0f} B per collective. Passed.")

@@ -6,6 +6,9 @@ $4P + 12P/d$, zero2 $2P + 14P/d$, zero3 = fsdp $16P/d$; over a grid of sizes and
 (3, 6 and 12 among them: no degree special-cased) and, hidden, random points. Then the
 practice problem: 70B parameters on 32 H100s of 80 GB. parlab.costs' state and traffic
 functions are refused while `state_bytes` runs.
+
+A right answer does not depend on, and the tests vary: P (1e6, 7e9, 70e9; hidden random up to
+1e12), the degree d (1, 2, 3, 8, 12, 32; hidden random up to 600), the strategy (all five).
 """
 
 from __future__ import annotations

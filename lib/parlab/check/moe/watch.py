@@ -50,18 +50,26 @@ def _check_dtype(rank: int, output: torch.Tensor, input: torch.Tensor) -> None:
             f"before the exchange)\nLikely mistake: " + DTYPE)
 
 
+_NOW: dict[str, Any] = {}  # what the installed watcher checks against: rank, ep, expected
+
+
 def install(rank: int, ep: int, expected: dict[str, Any] | None) -> None:
-    """Wrap dist.all_to_all_single in this rank. `expected`: {"blocks": (send, recv),
-    "round_robin": (send, recv)} for exercise 3's uneven splits, or None (static sizes)."""
+    """Watch dist.all_to_all_single in this rank (wrapped once; a later call only changes
+    what is expected, for the next configuration a check runs). `expected`: {"blocks": (send,
+    recv), "round_robin": (send, recv)} for exercise 3's uneven splits, or None (static)."""
     import torch.distributed as dist
 
     from parlab import comm
 
+    _NOW.update(rank=rank, ep=ep, expected=expected)
     comm.install()
+    if getattr(dist.all_to_all_single, "__parlab_watch__", False):
+        return
     original = dist.all_to_all_single
 
     def watched(output: torch.Tensor, input: torch.Tensor, output_split_sizes: Any = None,
                 input_split_sizes: Any = None, group: Any = None, async_op: bool = False) -> Any:
+        rank, ep, expected = _NOW["rank"], _NOW["ep"], _NOW["expected"]
         _check_dtype(rank, output, input)
         if (expected is not None and input.is_floating_point() and input.dim() == 2
                 and output_split_sizes is not None):
@@ -70,6 +78,7 @@ def install(rank: int, ep: int, expected: dict[str, Any] | None) -> None:
         return original(output, input, output_split_sizes, input_split_sizes, group=group,
                         async_op=async_op)
 
+    watched.__parlab_watch__ = True  # type: ignore[attr-defined]
     dist.all_to_all_single = watched
 
 

@@ -5,6 +5,11 @@ the learner's split must be as fast as the best split's (within 1e-9 relative), 
 `parlab.pp.balance_stages` (dynamic programming; refused while the learner's code runs). Any
 split reaching it is accepted. The list of costs must be left as it was: the notebook uses it
 again after the call.
+
+A right answer must not depend on the number of layers (3 to 24), on p (2 to 6, p = n
+included), on where the expensive layers are (at the ends, in the middle, scattered), or on
+the costs being whole numbers or all equal; greedy splits (fill each stage up to the mean,
+or just past it) and an equal split fail the visible cases, as they fail the hidden ones.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ r"""Exercise 4 of module 04, `check_dualpipe_v(v_stage_of, dualpipe_v_order)`: D
    must match the single-device loss and gradients (float64, rtol 1e-9).
 While the learner's functions run, parlab's stage_of, rank_and_chunk and DualPipe-V builders
 raise CheckFailed. The check uses no earlier exercise's answer.
+
+A right answer must not depend on p, m or the rank: the visible orders run p = 1 to 5 with m
+= 2p (the least DualPipe-V runs) up to 2p + 3, every rank of each; the hidden ones p = 3 to 7
+with m up to 2p + 5, and the run on ranks 3 and 4; the placement runs p = 1 to 5 and 8.
 """
 
 from __future__ import annotations

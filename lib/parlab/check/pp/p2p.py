@@ -11,6 +11,13 @@ missing or misdirected message is named at the action that made it, before anyth
 Then the summed loss and every weight gradient are compared with the single-device,
 full-batch run (float64, rtol 1e-9, atol 1e-12), and no rank may hold more microbatches than
 the schedule needs (min(p - r, m) under 1F1B).
+
+A right answer must not depend on p or on which stage a rank is: the visible test runs 2
+ranks and 3, whose middle stage both receives and sends (on 2 ranks the first and the last
+stage are each other's only neighbours, so peers written in as 0 and p - 1 pass there), the
+hidden one 4; nor on m = 2p + 1 (5, 7, 9: never p, never the rows of a micro-batch, 3), the
+schedule (GPipe, then the learner's own 1F1B order), the dtype (float64, not torch's default)
+or the upstream gradient (received from the next stage, except on the last).
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ BUFFER = ("receive into torch.empty(ctx.shape, dtype=ctx.dtype): torch.empty's d
           "is float32 and this model runs in float64; send y.detach() and x.grad as they are")
 EXERCISE_1 = ("this check runs your steps under your own one_f_one_b from exercise 1: fix "
               "that first (its own test above says how)")
+# One hint for a misdirected recv and a misdirected send: which of the two ranks reports first
+# is a race, and both come from the same mistake.
+DIRECTIONS = ("activations come from ctx.prev_rank and go to ctx.next_rank; gradients come from "
+              "ctx.next_rank and go to ctx.prev_rank")
 
 
 def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
@@ -58,8 +69,7 @@ def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
              hint=f"one action receives one tensor: {thing}")
     if recvs and tuple(recvs[0].group_ranks) != (src,):
         fail(f"{where} received from rank {list(recvs[0].group_ranks) or 'any'}; {thing} comes "
-             f"from rank {src}", rank=r, hint="activations come from ctx.prev_rank, gradients "
-             "from ctx.next_rank")
+             f"from rank {src}", rank=r, hint=DIRECTIONS)
     dst, need_send = (ctx.next_rank, not last) if forward else (ctx.prev_rank, not first)
     out = "its output activation" if forward else "the gradient of its input"
     if need_send and len(sends) != 1:
@@ -71,7 +81,7 @@ def _expect(a: pp.Action, ctx: Any, events: list, name: str, fn: str) -> None:
              hint="check ctx.is_first / ctx.is_last before sending")
     if sends and tuple(sends[0].group_ranks) != (dst,):
         fail(f"{where} sent {out} to rank {list(sends[0].group_ranks)}, expected rank {dst}",
-             rank=r, hint="activations go to ctx.next_rank, gradients to ctx.prev_rank")
+             rank=r, hint=DIRECTIONS)
 
 
 def _run_schedule(forward_step: Callable, backward_step: Callable, name: str,

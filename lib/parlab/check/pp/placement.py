@@ -9,6 +9,10 @@ learner's functions run.
 
 This check stands on its own: the executor is parlab's (the learner's exercise-2 steps know
 one chunk per rank), so a mistake in exercises 1 or 2 does not reach it.
+
+A right answer must not depend on p, v, the rank or the layers per stage: the closed forms,
+visible, run p = 1 to 8, v = 1 to 5 and 1 to 5 layers per stage, for every rank; the run on
+ranks (2 visible, 3 and 4 hidden) only confirms that the split executes.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ backward, simulate (t_f = 1, t_b = 2, no latency) to the bubble $\frac{p-1}{m+p-
 to 1e-12: the simulator adds whole numbers) with at most min(p - r, m) microbatches held on
 rank r, and equal `parlab.pp.make_schedule("1f1b", p, m)` action for action. While it runs,
 parlab's own `one_f_one_b` raises CheckFailed.
+
+A right answer must not depend on p or m: the visible cases run p = 1 to 8 and m below, equal
+to and above p (m < p leaves ranks with a shorter warm-up), neither a power of two nor a
+multiple of the other; the hidden ones add p = 5 to 7, m = 1 and m = 3p. Rank r's warm-up
+depends on r, and every rank's list is compared.
 """
 
 from __future__ import annotations

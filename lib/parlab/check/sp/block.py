@@ -9,6 +9,11 @@ Tolerances rtol=1e-5, atol=1e-4 (values of order 10; summation order moves an en
 which isolates the communication and the gradients, then with p_drop = 0.25 (dropout on), and
 once more under no_grad to see that the same seed gives the same output. The learner's shards
 must own their memory, its LayerNorms must be the block's, and its input must be left as it was.
+
+A right answer must not depend on t (2 and 3 ranks visible, 4 hidden), on the layer's sizes or
+head count (48 and 12 here, the notebook's example is 16 and 4: take them from the block and
+from x), on p_drop (0 and 0.25), or on the LayerNorms' weights (random here, not ones and
+zeros).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ SHARDED = {"qkv.weight": "attn.qkv.weight", "qkv.bias": "attn.qkv.bias",
            "proj.weight": "attn.proj.weight", "fc1.weight": "mlp.fc1.weight",
            "fc1.bias": "mlp.fc1.bias", "fc2.weight": "mlp.fc2.weight"}
 PATTERN = ["all_gather", "reduce_scatter", "all_gather", "reduce_scatter"]
+REGATHER = ["all_gather", "all_gather", "reduce_scatter"] * 2  # Megatron's backward
 SHAPE = "return this rank's tokens, (B, T/t, C): the residual stream stays split by sequence"
 LAYOUT = ("make check_sp_pair pass first; then the layer: h = gather(ln1(x)); "
           "a = reduce_scatter(attention of h, proj without its bias) + proj.bias; "
@@ -210,6 +216,12 @@ def _check_outputs(results: list, p_drop: float, t: int) -> None:
                      rank=rank, **F32_TOL, name=f"grad of x (this rank's rows) in {where}",
                      hint="the output is right but the input gradient is not: look at the "
                           "backward of your gather and reduce-scatter (check_sp_pair)")
+    if p_drop == 0 and [e[0] for e in results[0][p_drop]["backward"]] == REGATHER:
+        fail("SPBlock's backward gathers each LayerNorm output again before its GEMM's weight "
+             "gradient (all-gather, all-gather, reduce-scatter, twice): Megatron-LM's layer, "
+             "which keeps only the shard", rank=0,
+             hint="this exercise builds the layer that keeps the gathered input: give F.linear "
+                  "the gathered tensor and let autograd save it (section 6 compares the two)")
     if p_drop == 0:
         expect_kinds([r[p_drop] for r in results], "backward", "SPBlock", PATTERN,
                      "the backward makes the conjugates: an all-gather for each reduce-scatter "

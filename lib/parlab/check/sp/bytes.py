@@ -7,6 +7,12 @@ functions refused while it runs (`parlab.check.tp.formula`). Then the tracer's s
 forward + backward of the learner's `SPBlock`, by kind, and of parlab.tp.TPBlock (plain TP,
 run before the guard) for the same layer, against the formula and against
 `parlab.costs.tp_bytes_per_layer` (e = 4: the check runs in float32).
+
+The formula is the learner's block's: its GEMMs keep the gathered input for backward, so it
+sends plain TP's bytes; Megatron-LM's layer keeps only the shards and gathers them again,
+6 all-gathers (`sp_bytes_per_layer(..., regather=True)`; module 03, section 6). A right answer
+must not depend on b, s, h (several sizes), t (1 to 8 in the formula; 2 and 3 ranks visible, 4
+hidden, for the tracer), or dtype_bytes (1, 2 and 4).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ separates the right scale 1/(1 - p_drop) = 4/3 from the wrong 1/p_drop = 4, and 
 The function must not change its input (it is given a non-leaf tensor, so autograd does not
 stop an in-place answer), and what it saves for backward must be a bool mask of its rows (one
 byte per element: a slice of the whole mask keeps all of it alive).
+
+A right answer must not depend on p_drop (the visible test also drops with 0.1), on t (2 and 3
+ranks visible, 4 hidden: the whole mask is t times the shard), on the shard's shape (read from
+x), or on the device x lives on (the mask is drawn on the CPU generator, then moved).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from parlab.check.sp.common import (
     HANG,
     KEY_DROPOUT,
     SAME_SEED,
-    SEQ_DIM,
     guard,
     reject_reference,
     rows,
@@ -38,6 +41,9 @@ __all__ = ["check_sp_dropout"]
 TOL = {"rtol": 1e-12, "atol": 0.0}
 EXAMPLE_P = 0.25  # the notebook's p_drop, and the visible test's first
 STAGE = "sp_dropout(x, p_drop, generator)"
+MASK_SHAPE = ("the whole mask is (B, T, C) with T = t * T/t rows: take t from "
+              "dist.get_world_size() and the shard's size from x.shape, then keep rows "
+              "r*T/t:(r+1)*T/t (the sequence is dim 1)")
 MASK_HINT = ("draw the mask exactly as hidden_dropout does, for the whole (B, T, C) activation: "
              "keep = torch.rand((B, T, C), generator=generator) >= p_drop; then keep this "
              "rank's rows")
@@ -60,13 +66,13 @@ def _dropout_worker(dropout: Callable, p_drop: float, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     enter()
     try:
-        first = call_learner(STAGE, dropout, x, p_drop, gen, shape_hint=SEQ_DIM)
+        first = call_learner(STAGE, dropout, x, p_drop, gen, shape_hint=MASK_SHAPE)
     finally:
         meter.__exit__(None, None, None)
     unchanged(before, x, "x (the tensor given to sp_dropout)", rank)
-    second = call_learner(STAGE, dropout, x.detach(), p_drop, gen, shape_hint=SEQ_DIM)
+    second = call_learner(STAGE, dropout, x.detach(), p_drop, gen, shape_hint=MASK_SHAPE)
     again = call_learner(STAGE, dropout, x.detach(), p_drop,
-                         torch.Generator().manual_seed(seed), shape_hint=SEQ_DIM)
+                         torch.Generator().manual_seed(seed), shape_hint=MASK_SHAPE)
     unchanged(before, x, "x (the tensor given to sp_dropout)", rank)
     grad = None
     if isinstance(first, torch.Tensor) and first.shape == x.shape and first.requires_grad:

@@ -17,6 +17,10 @@ rank runs them on the whole (B, T, C) activation and saves $2(4bsh + 8bs) + 2bsh
 TP + SP on its (B, T/t, C) rows, exactly t times less. The learner's function must agree with
 parlab's meter (run before the guard) on both, and the ratio must be t. While it runs,
 parlab.costs.activations (the meter and the closed forms) raises CheckFailed.
+
+A right answer must not depend on the dtype (float32 and bool masks here), on whether a saved
+tensor is a view (its whole storage counts), on how many times a storage is saved (once), on
+t (2 and 3 ranks visible, 4 hidden), or on what `exclude` holds (parameters, or nothing).
 """
 
 from __future__ import annotations

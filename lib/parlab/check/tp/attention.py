@@ -4,10 +4,15 @@ Reference: parlab.model.Attention(48, 12) (causal, head size 4) with every param
 randomised, in float32 (rtol=1e-5, atol=1e-4): the output, the input gradient and the
 gradients of this rank's rows of qkv ([Q_r; K_r; V_r]) and columns of proj. Twelve heads make
 t = 2, 3 and 4 all valid (6, 4 and 3 heads per rank), so an answer that hard-codes the head
-count, or the heads per rank, of the notebook's example fails. `hidden=` and `heads=` set other
-sizes (the hidden tests: Attention(40, 10) on 2 ranks), so an answer that writes C = 48 in
-instead of reading attn.qkv.in_features fails. An attention of t + 1 heads on t ranks must be
+count, or the heads per rank, of the notebook's example fails. `hidden=`, `heads=` and
+`causal=` set another attention (the visible test's second call: Attention(40, 10) without the
+causal mask), so an answer that writes C = 48 in instead of reading attn.qkv.in_features, or
+causal=True instead of attn.causal, fails. An attention of t + 1 heads on t ranks must be
 refused with a ValueError that names the heads.
+
+A right answer does not depend on, and the tests vary: the world size (visible 2, hidden 3
+and 4), the width and head count (48/12 and 40/10), the causal mask (on and off), the
+weights and biases (random), the upstream gradient (random).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ PARAMS = ("qkv.weight", "qkv.bias", "proj.weight", "proj.bias")
 QKV_LAYOUT = ("attn.qkv's rows are [Q; K; V] (each C rows, head h at rows h*d:(h+1)*d): a "
               "contiguous block of 3C/t rows is not one rank's heads. Rank r needs the Q, K and "
               "V rows of its heads, stacked as [Q_r; K_r; V_r]")
+CAUSAL = ("the mask comes from the attention given: causal=self.causal (attn.causal), not a "
+          "fixed True or False: this check's attention is {}")
 SIZES_FROM_ATTN = ("take every size from attn (C = attn.qkv.in_features, n_heads = attn.n_heads) "
                    "and t from dist.get_world_size(): this check's attention is not the "
                    "notebook's 48 features and 12 heads")
@@ -88,11 +95,15 @@ def _other_head_counts(attn: Attention, x: torch.Tensor, t: int, hidden: int,
     return out
 
 
-def _attention_worker(cls: type, seed: int, hidden: int, heads: int) -> dict:
-    rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(hidden, heads), seed,
-                                             hidden=hidden)
+def _attention_worker(cls: type, seed: int, hidden: int, heads: int, causal: bool) -> dict:
+    rank, t, dev, attn, x, up, ref = prepare(lambda: Attention(hidden, heads, causal=causal),
+                                             seed, hidden=hidden)
     if not learner_mode():
         ref["heads"] = _other_head_counts(attn, x, t, hidden, heads)
+        flipped = copy.deepcopy(attn)
+        flipped.causal = not causal
+        with torch.no_grad():
+            ref["flipped"] = cpu(flipped(x))  # what an answer with the other mask computes
     # at other sizes than the notebook's, a crash the default sizes did not cause is likely a
     # size written in
     other = (hidden, heads) != (H, HEADS)
@@ -118,7 +129,7 @@ def _shard(r: dict, p: str, t: int, hidden: int) -> torch.Tensor:
     return full[:, r["rank"] * c:(r["rank"] + 1) * c] if p.startswith("proj.weight") else full
 
 
-def _check_output(results: list[dict], t: int, hidden: int, heads: int) -> None:
+def _check_output(results: list[dict], t: int, hidden: int, heads: int, causal: bool) -> None:
     c = hidden // t
     for rank, r in enumerate(results):
         w = r["qkv.weight"]
@@ -137,6 +148,10 @@ def _check_output(results: list[dict], t: int, hidden: int, heads: int) -> None:
                 hint=QKV_LAYOUT if p.startswith("qkv") else
                 "proj is row-parallel: rank r keeps columns r*C/t:(r+1)*C/t of its weight")
     for rank, r in enumerate(results):
+        if close(r["y"], r["ref"]["flipped"], **F32_TOL):
+            fail(f"the output is that of attention {'without' if causal else 'with'} the "
+                 f"causal mask", rank=rank, hint=CAUSAL.format(
+                     "causal" if causal else "not causal (attn.causal is False)"))
         n = next((n for n, y in r["ref"]["heads"].items() if close(r["y"], y, **F32_TOL)), None)
         if n is not None and not close(r["y"], r["ref"]["y"], **F32_TOL):
             fail(f"the output is that of attention with {n // t} heads per rank ({n} in all) "
@@ -150,19 +165,20 @@ def _check_output(results: list[dict], t: int, hidden: int, heads: int) -> None:
 
 @exercise(KEY_ATTENTION, needs=LINEARS)
 def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED, hidden: int = H,
-                       heads: int = HEADS, timeout: float = CHECK_TIMEOUT_S,
-                       quiet: bool = False) -> None:
-    """TPAttention(attn) against parlab.model.Attention (causal, `heads` heads, C = `hidden`;
-    12 and 48 by default): output, grad of x, of qkv (rows [Q_r; K_r; V_r]) and proj;
-    ValueError for t+1 heads. t must divide the heads, and the heads C."""
+                       heads: int = HEADS, causal: bool = True,
+                       timeout: float = CHECK_TIMEOUT_S, quiet: bool = False) -> None:
+    """TPAttention(attn) against parlab.model.Attention (`heads` heads, C = `hidden`, the
+    causal mask if `causal`; 12, 48 and causal by default): output, grad of x, of qkv (rows
+    [Q_r; K_r; V_r]) and proj; ValueError for t+1 heads. t must divide the heads, and the
+    heads C."""
     reject_reference(cls, "TPAttention")
     t = world_size
     if heads % t or hidden % heads:
         raise ValueError(f"hidden={hidden}, heads={heads}: t = {t} must divide the heads and "
                          "the heads the hidden size")
-    results = run_checked(_attention_worker, t, cls, seed, hidden, heads, what="TPAttention",
-                          timeout=timeout, hang_hint=hints.HANG)
-    _check_output(results, t, hidden, heads)
+    results = run_checked(_attention_worker, t, cls, seed, hidden, heads, causal,
+                          what="TPAttention", timeout=timeout, hang_hint=hints.HANG)
+    _check_output(results, t, hidden, heads, causal)
     expect_events(results, "forward", "TPAttention", ["all_reduce"], lambda ev: (
         "attention needs one all-reduce in forward, g, in the row-parallel output projection"))
     compare(results, t, [(f"grad of {p}", got(p + ".grad"),
@@ -179,7 +195,7 @@ def check_tp_attention(cls: type, *, world_size: int = 2, seed: int = SEED, hidd
         if len(ev) == 3 else hints.G_BACKWARD))
     if not quiet:
         print(f"TPAttention OK on {t} ranks ({heads // t} of {heads} heads per rank, C = "
-              f"{hidden}): output "
+              f"{hidden}, {'causal' if causal else 'no causal mask'}): output "
               "and the gradients of x, qkv and proj match single-device attention (float32, "
               f"rtol={F32_TOL['rtol']:g}, atol={F32_TOL['atol']:g}); {t + 1} heads rejected "
               "with a ValueError")

@@ -9,6 +9,13 @@ e bytes per element (e = 4 for the float32 used here; the course's $16\frac{t-1}
 e = 2, bf16). The tracer's count must equal `layer_bytes` and
 `parlab.costs.tp_bytes_per_layer`; `layer_bytes` is also compared at sizes of every kind
 (`parlab.check.tp.formula`), with the course's cost functions refused while it runs.
+
+A right answer does not depend on, and the tests vary: the weights and LayerNorms (random),
+the world size (visible 2, hidden 3 and 4), and for `layer_bytes` b, s, h, t (1 to 8, 3
+included) and the bytes per element (1, 2 and 4), so that formulas agreeing at one point are
+told apart. The layer's sizes are fixed (48, 12 heads): it is built from the classes of
+exercises 2, 3 and 5, whose visible tests run other sizes (2) and an attention without its
+mask (5).
 """
 
 from __future__ import annotations

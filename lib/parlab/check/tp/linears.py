@@ -11,6 +11,11 @@ Shards are compared exactly and must own their memory (a view of the full weight
 it alive); outputs and gradients against the matching slices of the full layer's, at
 rtol=1e-10, atol=1e-12 (the row layer's partial sums are added in another order than one GEMM,
 which moves float64 by ~1e-16). The inputs must be left unchanged.
+
+A right answer does not depend on, and the tests vary: the layer's sizes (visible Linear(10,
+24) on 2 ranks and Linear(7, 15) on 3, hidden 24 on 3 and 4 ranks), the world size (visible 2
+and 3, hidden 4), the weights, inputs and upstream gradient (random, float64), which rank
+holds which block (each rank's shard compared with its own slice).
 """
 
 from __future__ import annotations

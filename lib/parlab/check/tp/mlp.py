@@ -7,6 +7,12 @@ up to ~1e-5, a wrong shard or a missing all-reduce by ~1e-1). The tracer counts 
 of each pass. Wrong answers with a recognisable output are named: the MLP without its GeLU,
 an output t times too large (a second g), the layers swapped (shapes that cannot multiply), a
 bias added on every rank.
+
+A right answer does not depend on, and the tests vary: the weights, biases, input and
+upstream gradient (random), the world size (visible 2, hidden 3 and 4: 48 and 192 features
+split 2, 3 and 4 ways). The MLP's sizes are fixed here (48 -> 192 -> 48): an MLP class holds
+no size of its own, it takes its layers from exercise 2's classes, whose visible test runs
+other sizes on 2 and 3 ranks.
 """
 
 from __future__ import annotations

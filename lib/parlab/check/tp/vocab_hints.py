@@ -12,11 +12,19 @@ import torch
 from torch import Tensor
 
 SHARD = ("rank r keeps rows r*n .. (r+1)*n - 1 of embedding.weight with n = ceil(V / t), the "
-         "last rank's rows past V filled with zeros (Megatron-LM's padding): "
-         "nn.Parameter(torch.cat([rows, zeros]).clone())")
+         "last rank's rows past V filled with zeros (the table padded to t * n rows, as "
+         "Megatron-LM pads its vocabulary): nn.Parameter(torch.cat([rows, zeros]).clone())")
 PADDING = ("t does not divide V here: pad the table to t * ceil(V / t) rows (Megatron-LM "
            "pads the vocabulary the same way), so every rank holds n = ceil(V / t) rows and the "
            "last rank's extra rows are zeros that no id reaches")
+PLUS_ONE = ("n = ceil(V / t) = -(-V // t), not V // t + 1: the two differ when t divides V, "
+            "where no row is padded")
+LOOKUP = ("each id's vector must come from the one rank whose rows hold it: mask the ids "
+          "outside [start, end), shift the others by start, look up, zero the masked vectors, "
+          "then g (all-reduce forward, identity backward)")
+EMBEDDING_GRAD = ("each rank's rows get the gradient of the ids they hold, the padded rows 0: "
+                  "with the lookup zeroed outside [start, end) and g (identity backward), "
+                  "autograd gives exactly that")
 NO_ZERO = ("an id outside this rank's rows looked up row 0 and kept it: after "
            "F.embedding(local, weight), zero the vectors of the ids outside [start, end) "
            "(out.masked_fill(outside.unsqueeze(-1), 0.0)), or the sum over ranks adds t - 1 "
@@ -39,7 +47,14 @@ TARGET_MASK = ("the target logit was counted on ranks that do not hold the targe
                "all-reduce (SUM), so that exactly one rank contributes it")
 PAD_LOGITS = ("the padded columns past V took part in the softmax: fill the columns at or past "
               "vocab_size with -inf (out of place, logits.masked_fill(cols >= vocab_size, "
-              "float('-inf'))) before the max, so they never win and exp gives them 0")
+              "float('-inf'))) before the max, so they never win and exp gives them 0 (this "
+              "course's choice, so that the loss is F.cross_entropy over the real V; "
+              "Megatron-LM leaves them in)")
+GRAD_OUTPUT = ("the backward dropped its incoming gradient: return (softmax - one_hot) / N "
+               "times grad (the gradient of whatever the loss fed into; module 08 divides each "
+               "micro-batch's loss by m, so there it is 1/m, not 1)")
+NOT_DIVIDED = ("the gradient of the mean has a 1/N: (softmax - one_hot) / N, N the number of "
+               "tokens, times the incoming gradient")
 GATHER = ("the loss needs three numbers per token from the other ranks (the max, the target "
           "logit and the sum of exponentials), not their logits: all-reduce those (MAX, SUM, "
           "SUM) and keep the logits where they are")
@@ -54,6 +69,28 @@ BACKWARD = ("the backward of the loss is (softmax - one_hot(target)) / N on the 
 REPLICATED = "return the loss as a 0-dimensional tensor (the mean), the same on every rank"
 HANG = ("every rank must make the same all-reduces in the same order, with tensors of the same "
         "shape: one number per token each")
+
+
+def rows_hint(rows: int, vocab: int, t: int) -> str:
+    """Why a rank's table has `rows` rows instead of ceil(V/t), as far as the count says."""
+    if rows == vocab // t + 1 and vocab % t == 0:
+        return PLUS_ONE
+    return PADDING if rows == vocab // t and vocab % t else SHARD
+
+
+def grad_story(c: float | None, *, up: float, tokens: int, t: int) -> str:
+    """The likely mistake of a logits gradient that is c times the right one (None: not a
+    multiple): every known mistake that gives this c, all of them named when several do."""
+    if c is None or abs(c - 1) < 1e-3:
+        return BACKWARD
+    stories = [(1 / up, GRAD_OUTPUT), (float(tokens), NOT_DIVIDED),
+               (tokens / up, NOT_DIVIDED + "; and " + GRAD_OUTPUT),
+               (float(t), G_TWICE.replace("weight", "logits"))]
+    found = [h for v, h in stories if abs(c - v) <= 1e-3 * max(1.0, v)]
+    if not found:
+        return f"the gradient is {c:.4g} times the right one; " + BACKWARD
+    return found[0] if len(found) == 1 else (
+        "two mistakes give exactly this gradient: either " + "; or ".join(found))
 
 
 def padded_rows(vocab: int, t: int) -> int:

@@ -55,6 +55,7 @@ class Call:
     start: float
     phase: str  # what the check was running: "no_sync", "backward", "finish", ...
     async_op: bool = False
+    data: Any = None  # with CallLog(snapshot=True): a copy of the tensor it was given
 
 
 @dataclass
@@ -63,14 +64,17 @@ class CallLog:
 
     calls: list[Call] = field(default_factory=list)
     phase: str = "setup"
+    snapshot: bool = False  # keep a copy of each all_reduce's tensor, taken before the call
 
     def of(self, kind: str, phase: str | None = None) -> list[Call]:
         return [c for c in self.calls if c.kind == kind and (phase is None or c.phase == phase)]
 
     @contextmanager
     def watch(self) -> Iterator[CallLog]:
-        """Record through parlab.comm's listeners, and all_reduce's async_op through a thin
-        wrapper of `dist.all_reduce` (what `dist.all_reduce(...)` in the learner's code calls)."""
+        """Record through parlab.comm's listeners, and all_reduce's async_op (and, with
+        `snapshot`, what its tensor held before the call) through a thin wrapper of
+        `dist.all_reduce` (what `dist.all_reduce(...)` in the learner's code calls)."""
+        import torch
         import torch.distributed as dist
 
         from parlab import comm
@@ -84,10 +88,14 @@ class CallLog:
 
         def all_reduce(*args: Any, **kwargs: Any) -> Any:
             before = len(self.calls)
+            tensor = args[0] if args else kwargs.get("tensor")
+            data = (tensor.detach().clone() if self.snapshot and isinstance(tensor, torch.Tensor)
+                    else None)
             out = original(*args, **kwargs)
             if len(self.calls) > before:  # the listener saw it: note how it was called
                 self.calls[before].async_op = bool(kwargs.get(
                     "async_op", args[3] if len(args) > 3 else False))
+                self.calls[before].data = data
             return out
 
         comm.install()

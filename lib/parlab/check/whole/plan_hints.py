@@ -10,12 +10,19 @@ before the logits and the `stage` argument were added reads.
 
 from __future__ import annotations
 
-__all__ = ["MEMORY_HINTS", "BYTES_HINTS", "LINK", "CHANGED", "memory_hint"]
+__all__ = ["MEMORY_HINTS", "BYTES_HINTS", "LINK", "CHANGED", "TP_WITHOUT_REGATHER",
+           "memory_hint"]
 
 CHANGED = ("exercise 4 changed: the last pipeline stage holds the output layer and the loss's "
            "fp32 logits, so memory_per_gpu now takes stage=\"first\" or \"last\" and returns a "
            "\"logits\" entry too (see What to write); an answer written before the change "
            "fails here until it does")
+TP_WITHOUT_REGATHER = (
+    "that is 16 (t-1)/t b s_c h per layer and micro-batch: TP's four all-reduces, which is what "
+    "TP with SP sends only when it keeps the gathered inputs for backward. The activations here "
+    "(34 s_c b h / t per layer) keep the sequence-sharded ones, so the backward re-gathers them "
+    "with two all-gathers more: 20 (t-1)/t (module 03). Exercise 4 priced 16 before this "
+    "release: an answer written then fails here until it does")
 LOGITS = ("the stage that computes the loss (the last, or the only one when p = 1) keeps one "
           "micro-batch's fp32 logits for backward, 4 b s_c V / t bytes (vocabulary-parallel: "
           "each TP rank its V/t columns); the first stage of a pipeline keeps none")
@@ -33,8 +40,10 @@ MEMORY_HINTS = {
     "logits": LOGITS,
 }
 BYTES_HINTS = {
-    "tp": "TP: m ceil(L/p) 16 (t-1)/t b s_c h (four ring all-reduces of a bf16 (b, s_c, h) per "
-          "layer and micro-batch)",
+    "tp": "TP with SP as Megatron-LM runs it: m ceil(L/p) 20 (t-1)/t b s_c h (per layer and "
+          "micro-batch, four all-gathers and four reduce-scatters of a bf16 (b, s_c, h), and "
+          "two all-gathers more in backward, which re-gather the sequence-sharded inputs the "
+          "34 s_c b h / t of the activations keeps)",
     "cp": "CP: m ceil(L/p) (6c-4) 2 b s_c h / t (a bf16 K or V block of the rank's a/t heads: "
           "K and V c-1 hops forward and c-1 backward, dK and dV c hops, the last one home)",
     "pp": "PP: m 2 (2 b s_c h / t) (one activation forward, one gradient backward, bf16, each "
@@ -59,18 +68,24 @@ def _logits_hint(got: float, want: float, sizes: dict[str, int], microbatches: i
                 "the first stage of a pipeline holds only the input embedding")
     if want > 0 and got == 0:
         return LOGITS
+    causes = []  # every known mistake that gives this number: two that agree are both named
     if _near(2 * got, want):
-        return ("the logits counted in bf16 (2 bytes): the loss keeps them in fp32, 4 bytes "
-                "each (Megatron-LM casts them to float before the cross-entropy)")
+        causes.append("the logits counted in bf16 (2 bytes): the loss keeps them in fp32, 4 "
+                      "bytes each (Megatron-LM casts them to float before the cross-entropy)")
+    for n, what in ((t, "t"), (c, "c")):
+        if n == 2 and _near(2 * got, want):
+            causes.append(f"divided by {what} = 2 once too often")
     if t > 1 and _near(got, t * want):
-        return ("the logits not split over TP: under the vocabulary-parallel cross-entropy "
-                "each TP rank keeps only its V/t columns, 4 b s_c V / t")
+        causes.append("the logits not split over TP: under the vocabulary-parallel "
+                      "cross-entropy each TP rank keeps only its V/t columns, 4 b s_c V / t")
     if c > 1 and _near(got, c * want):
-        return "a CP rank keeps the logits of its own s_c = s/c tokens only"
+        causes.append("a CP rank keeps the logits of its own s_c = s/c tokens only")
     if held > 1 and _near(got, held * want):
-        return ("one micro-batch's logits, not min(p, m): 1F1B's last stage runs each "
-                "micro-batch's backward right after its forward")
-    return LOGITS
+        causes.append("one micro-batch's logits, not min(p, m): 1F1B's last stage runs each "
+                      "micro-batch's backward right after its forward")
+    if len(causes) > 1:
+        return "either " + "; or ".join(causes)
+    return causes[0] if causes else LOGITS
 
 
 def memory_hint(part: str, got: float, want: float, *, stage: str, sizes: dict[str, int],

@@ -15,12 +15,27 @@ here or by the single-device reference:
   the same tied embedding. These name the forgotten reduction before the losses drift;
 - the tracer: all-reduces over this rank's DP group, calls over its TP group (TP > 1) and
   point-to-point messages (PP > 1): the work is really split (a model copied whole onto every
-  rank also matches the loss).
+  rank also matches the loss);
+- the rows of the global batch each replica's stages ran (`step_rows`): each replica's
+  first stage its own B/d rows, together every row once, every stage B/d rows a step. Every
+  replica on the whole batch also matches the loss, for d times the work.
 
 While the answer runs, `parlab.compose`'s own composition (train, train_step, setup,
 finalize_grads, its data-parallel syncs) and `parlab.dp.ddp` raise CheckFailed; the pieces
 (make_grid, ParallelLlama, split_layers, run_schedule, sum_grads, make_schedule,
-allreduce_sequence_parallel_grads) are allowed.
+allreduce_sequence_parallel_grads) are allowed. `run_schedule` without `sync=` falls back to
+the course's own BucketedDDP: refused with its own message (the answer's DP sync is not in the
+schedule).
+
+What a right answer must not depend on, and how the tests vary it:
+
+- the grid: DP 2 × PP 2 × TP 2 + SP on 8 ranks (visible), DP 3 × PP 2 without TP on 6
+  (hidden); the sizes come from `plan`, the groups from `make_grid`;
+- the batch: B = 8 in micro-batches of 2 (visible), B = 6 in micro-batches of 1 (hidden);
+  each replica's share B/d is checked, not only the losses;
+- the optimizer: the check passes its own `make_optimizer` (SGD, where a gradient off by a
+  constant factor shows at once; the answer must not build its own);
+- the step: 3 steps (visible), 2 (hidden), each with its own batch.
 """
 
 from __future__ import annotations
@@ -34,17 +49,20 @@ import torch.distributed as dist
 from parlab.check._compare import fail
 from parlab.check._harness import call_learner, exercise, not_reexport, refuse_in_rank, run_checked
 from parlab.check.whole.common import DDP_NEEDS, KEY_TRAIN, CallLog, ddp_references
+from parlab.check.whole.step_rows import RowTap, judge_rows
+from parlab.errors import refused
 
 LR = {"adamw": 3e-3, "sgd": 0.5}
 TIMEOUT_S = 45.0  # 8 ranks on 2 cores: about 8 s alone, up to 3 x that beside other work
-HANG = ("a collective that only some ranks reach: the DP sync over the whole world (or the "
-        "default group) instead of grid.dp, which mixes ranks of different stages whose "
+HANG = ("a collective that only some ranks reach, for example the DP sync over the whole world "
+        "(or the default group) instead of grid.dp, which mixes ranks of different stages whose "
         "buckets differ; sum_grads over grid.embedding on a rank that is in no such group; "
         "every rank must run the same reductions over its own groups")
 HINTS = {
-    "dp": ("the DP replicas hold different weights after training: average every gradient "
-           "over grid.dp (your OverlappedDDP over grid.dp, its finish() after run_schedule "
-           "and before the optimizer step)"),
+    "dp": ("the DP replicas hold different weights after training, so their gradients were "
+           "not averaged over grid.dp (no DP sync, or one over another group): pass your "
+           "OverlappedDDP over grid.dp to run_schedule as sync=[ddp] and call its finish() "
+           "after run_schedule and before the optimizer step"),
     "sp": ("the TP ranks hold different RMSNorm weights: under sequence parallelism each rank "
            "saw only its own tokens, so those gradients are partial sums; sum them over "
            "grid.tp (allreduce_sequence_parallel_grads(model.sequence_parallel_params(), "
@@ -60,6 +78,16 @@ HINTS = {
               "instead of a mean over DP shows under SGD; check every reduction after "
               "backward, and that the optimizer steps every parameter once)"),
 }
+
+
+SYNC_NONE = ("rank {rank}: run_schedule(...) was called without sync=, so its backwards synced "
+             "DP with the course's own BucketedDDP over grid.dp (what run_schedule falls back "
+             "to, refused here), not with yours\nLikely mistake: your DP sync is not in "
+             "run_schedule: build ddp = OverlappedDDP(model.parameters(), group=grid.dp, "
+             "bucket_bytes=...), pass sync=[ddp] to run_schedule (it runs the earlier "
+             "micro-batches' backwards inside ddp.no_sync()) and call ddp.finish() before the "
+             "optimizer step")
+_KEPT: list[Any] = []  # the refusal of run_schedule's fallback, open for the rank's life
 
 
 def composition_references() -> list[Any]:
@@ -120,16 +148,26 @@ def _worker(train_3d: Callable[..., Any], cfg: Any, plan: Any, steps: int, kind:
         params = list(params)
         built.append(params)
         cls = torch.optim.AdamW if kind == "adamw" else torch.optim.SGD
-        return cls(params, lr=lr)
+        opt = cls(params, lr=lr)
+        opt.register_step_post_hook(tap.step_done)  # the rows seen are counted step by step
+        return opt
 
     refuse_in_rank(composition_references(), "parlab.compose's own training step (or "
                    "parlab.dp.ddp.BucketedDDP: pass your OverlappedDDP to run_schedule as "
                    "sync=[ddp])")
-    log = CallLog()
-    with log.watch():
-        losses = call_learner(f"train_3d(cfg, plan, {steps}, lr=..., make_optimizer=...)",
-                              lambda: train_3d(cfg, plan, steps, lr=LR[kind],
-                                               make_optimizer=make_optimizer))
+    from parlab.compose.grads import data_parallel  # run_schedule's fallback when sync=None
+
+    _KEPT.append(refused([data_parallel], SYNC_NONE.format(rank=dist.get_rank())))
+    _KEPT[-1].__enter__()
+    log, tap = CallLog(), RowTap()
+    tap.install()
+    try:
+        with log.watch():
+            losses = call_learner(f"train_3d(cfg, plan, {steps}, lr=..., make_optimizer=...)",
+                                  lambda: train_3d(cfg, plan, steps, lr=LR[kind],
+                                                   make_optimizer=make_optimizer))
+    finally:
+        tap.remove()
     if not built:
         fail("train_3d never called make_optimizer", rank=dist.get_rank(),
              hint="build the optimizer with make_optimizer(model.parameters(), lr=lr): the "
@@ -137,8 +175,9 @@ def _worker(train_3d: Callable[..., Any], cfg: Any, plan: Any, steps: int, kind:
     who: dict[str, list[int]] = {a: groups[a][0] for a in ("dp", "tp", "pp")}
     seen = {a: any(c.group == tuple(who[a]) for c in log.calls) for a in ("dp", "tp")}
     seen["pp"] = any(c.kind in ("isend", "send", "irecv", "recv") for c in log.calls)
+    coords = {a: who[a].index(dist.get_rank()) for a in ("dp", "tp", "pp")}
     return {"losses": losses, "broken": _consistency(built[-1], groups, plan, cfg.vocab),
-            "seen": seen, "groups": who}
+            "seen": seen, "groups": who, "coords": coords, "taps": tap.result()}
 
 
 def _single_sgd(cfg: Any, steps: int, batch_size: int, lr: float) -> list[float]:
@@ -157,7 +196,8 @@ def _single_sgd(cfg: Any, steps: int, batch_size: int, lr: float) -> list[float]
     return out
 
 
-def _judge(results: list[dict], plan: Any, reference: list[float], steps: int) -> float:
+def _judge(results: list[dict], plan: Any, cfg: Any, reference: list[float], steps: int
+           ) -> float:
     from parlab.compose import TOLERANCE
 
     for rank, r in enumerate(results):
@@ -171,6 +211,7 @@ def _judge(results: list[dict], plan: Any, reference: list[float], steps: int) -
                      hint="build the model with ParallelLlama on make_grid(dp=..., pp=..., "
                           "tp=...) and run its stages with run_schedule: a copy of the whole "
                           "model on every rank matches the loss without splitting anything")
+    judge_rows(results, plan, cfg, steps)
     losses = results[0]["losses"]
     if not isinstance(losses, (list, tuple)) or len(losses) != steps:
         fail(f"train_3d returned {losses!r:.80}, expected a list of {steps} losses",
@@ -214,9 +255,9 @@ def check_train_3d(train_3d: Callable[..., Any], *, quiet: bool = False,
     reference = _single_sgd(cfg, steps, plan.global_batch_size, LR["sgd"])
     results = run_checked(_worker, plan.world_size, train_3d, cfg, plan, steps, kind,
                           what="train_3d", timeout=timeout, hang_hint=HANG)
-    gap = _judge(results, plan, reference, steps)
+    gap = _judge(results, plan, cfg, reference, steps)
     if not quiet:
         print(f"train_3d OK on {plan.world_size} ranks ({_label(plan)}, {kind}): the "
-              f"single-device loss at each of {steps} steps (largest gap {gap:.1e}); replicas, "
-              "RMSNorm copies and tied embeddings agree")
+              f"single-device loss at each of {steps} steps (largest gap {gap:.1e}); each replica "
+              "ran its own rows; replicas, RMSNorm copies and tied embeddings agree")
     return {"losses": results[0]["losses"], "reference": reference, "gap": gap}

@@ -6,8 +6,11 @@
   of parlab: the warm template loads it by path, a cold kernel runs it as a script;
 - cgroups: the memory, process and CPU limits of one sandbox's whole tree.
 
-parlab.grading.kernels starts kernels in it; parlab.grading.limits sets its limits from
-nbgrader's configuration; autograder/README.md ("The threat model") says what it stops.
+parlab.grading.autograde.kernels starts kernels in it; parlab.grading.autograde.limits sets its
+limits from nbgrader's configuration; autograder/README.md ("The threat model") says what it stops.
+
+May import: nothing else of parlab.grading (the jail runs before anything of the grader
+is importable in the sandbox).
 """
 
 from parlab.grading.sandbox.bwrap import IPC_DIR, Limits, Sandbox, kernel_env, problem

@@ -3,7 +3,7 @@
 The sandbox itself is made by bubblewrap (parlab.grading.sandbox): a process that holds a
 mount, PID, network, IPC and UTS namespace of its own, with only the binds it lists. A kernel
 joins it rather than being started by it, so that a kernel forked from the warm template
-(parlab.grading.zygote, which has imported torch) can live in a fresh sandbox too:
+(parlab.grading.autograde.zygote, which has imported torch) can live in a fresh sandbox too:
 
 1. join the sandbox's cgroups (memory and processes of the whole tree are counted there);
 2. `setns` into the holder's namespaces (its user namespace first, when the grader is not

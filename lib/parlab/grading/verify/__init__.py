@@ -16,6 +16,9 @@ recorded, for the autograde output and `make report`.
 - `verdict`: `Verdict`, the verifier's word on one test (plain data);
 - `verifier`: `verify`, a `Verdict` per graded test;
 - `apply`: the verdicts written into the graded notebook.
+
+May import: parlab.grading.base (cells, processes); and of the rest of parlab the checks,
+the launcher and parlab.sandboxed, whose stand-ins it drives.
 """
 
 from parlab.grading.verify.verdict import Verdict

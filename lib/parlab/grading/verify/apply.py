@@ -10,7 +10,7 @@ an output flood or an answer cell that killed its kernel, keeps its 0). `apply(n
 - a test the verifier could not run keeps the notebook's outcome, marked "not verified";
 - a test the notebook failed is not run again (NOT_NEEDED): it scores 0 either way.
 Every cell's pair of outcomes goes into the notebook's metadata (META "verifier"), which
-parlab.grading.merge reads for the run's record and `make report`.
+parlab.grading.engines.merge reads for the run's record and `make report`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from nbgrader.coursedir import CourseDirectory
 from traitlets import Bool, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from parlab.grading.cells import META, error_output, grade_id, has_error, is_graded_cell
+from parlab.grading.base.cells import META, error_output, grade_id, has_error, is_graded_cell
 from parlab.grading.verify.source import graded_cells, split_hidden
 from parlab.grading.verify.verdict import NOT_RUN, Verdict
 
@@ -133,7 +133,7 @@ def verify_notebook(nb: Any, resources: dict, *, config: Any, manager_class: typ
 
 
 class VerifyOptions(LoggingConfigurable):
-    """ResilientExecute's verifier switches (a mixin, like parlab.grading.limits')."""
+    """ResilientExecute's verifier switches (a mixin, like parlab.grading.autograde.limits')."""
 
     verify = Bool(
         False, help="Run every graded test again in the verifier, a process that never runs "

@@ -35,8 +35,8 @@ from jupyter_core.utils import run_sync
 
 from parlab import launch
 from parlab.check import _harness
-from parlab.errors import REFUSING, CheckFailed
-from parlab.grading.procs import KERNEL_ENV, kill_kernel_tree
+from parlab.errors import REFUSING, CheckFailed, NotWritten, stub_raised, unwritten_message
+from parlab.grading.base.procs import KERNEL_ENV, kill_kernel_tree
 from parlab.launch.errors import CollectiveMismatch, CollectiveTimeout, RankError
 from parlab.sandboxed import inplace, wire
 from parlab.sandboxed.host import MARK, learner_rank, named
@@ -116,6 +116,10 @@ def rebuild(reply: dict) -> BaseException:
                    reports=reports, head=str(reply.get("head", "")) or message)
     if name == "CheckFailed":
         return CheckFailed(message, learner_traceback=tb)
+    if name in ("NotImplementedError", "NotWritten") and stub_raised(tb):  # the stub: unwritten
+        stub = NotWritten(message if name == "NotWritten" else unwritten_message(message))
+        stub.learner_traceback = tb
+        return stub
     if name == "WireError":
         return CheckFailed(f"what your code returned cannot be read as data: {message}",
                            learner_traceback=tb)

@@ -21,7 +21,7 @@ import ast
 import re
 from typing import Any
 
-from parlab.grading.cells import grade_id, is_answer_cell, is_graded_cell
+from parlab.grading.base.cells import grade_id, is_answer_cell, is_graded_cell
 
 __all__ = ["learner_source", "answer_names", "released_source", "graded_cells", "split_hidden"]
 _HIDDEN = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS[ \t]*\n(.*?)"
