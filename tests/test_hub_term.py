@@ -27,9 +27,10 @@ Then:
   and PARLAB_HUB_LEARNERS): who fetched (a record another learner forges for plta-dan is not
   believed), who submitted when, late by how much against the gradebook's due date, collected;
 - `make hub-teardown` asks first (answered "no": nothing removed), then with YES=1 archives the
-  gradebook and the status, removes the learners' accounts, homes, workspaces, processes, their
-  files in /tmp and /dev/shm and the course's exchange folder, and keeps the instructor and
-  the name without an account.
+  gradebook, the class list and the status, removes the learners' accounts (plta-cy known from
+  the class list alone, retired there), homes, workspaces, processes, their files in /tmp and
+  /dev/shm, the class list's one-time passwords and the course's exchange folder, and keeps the
+  instructor and the name without an account.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from unix_accounts import unix_users
 
 from parlab.hub.exchange import prepare_exchange
 from parlab.hub.private import keep_private
+from parlab.hub.roster import Roster, Student
 
 pytestmark = [
     pytest.mark.slow,
@@ -270,14 +272,20 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
     for user, uid in learners.items():  # what kernels leave (parlab.launch.scratch, Python)
         for path in (Path(tempfile.gettempdir()) / f"parlab-scratch-{uid}",
                      Path("/dev/shm") / f"plta-torch-{uid}"):
-            path.mkdir()
+            path.mkdir(exist_ok=True)     # a killed run of this test leaves them
             shutil.chown(path, user, user)
             theirs.append(path)
+    class_list = Roster.load(course_root)          # as `make hub-roster` leaves it: cy retired
+    class_list.students = {u: Student(u) for u in (ANN, BEN)}
+    class_list.students[CY] = Student(CY, status="retired", since="2026-12-01T00:00:00+00:00")
+    class_list.save()
+    passwords = base / "run" / "roster-passwords-20261201-0000.txt"
+    passwords.write_text(f"{CY} one-time\n")
     ann = learners[ANN]
     sleeper = subprocess.Popen(["setpriv", f"--reuid={ann}", f"--regid={ann}", "--clear-groups",
                                 "sleep", "600"])
     teardown = {**settings, "PARLAB_HUB_SYSTEM_USERS": "1", "PARLAB_HUB_INSTRUCTORS": TEACHER,
-                "PARLAB_HUB_LEARNERS": f"{ANN},{BEN},{CY},{TEACHER},root",
+                "PARLAB_HUB_LEARNERS": f"{ANN},{BEN},{TEACHER},root",     # cy: the list's
                 "PARLAB_HUB_EXCHANGE": str(exchange.parent)}
     make = ["make", "-s", f"VENV={VENV}", "hub-teardown",
             *(f"{k}={v}" for k, v in teardown.items())]
@@ -290,7 +298,9 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
             assert f"remove the account {user}" in said, said
         assert f"keep {TEACHER}: an instructor" in said and "keep root:" in said, said
         assert f"keep {DAN}: no Unix account" in said, said
+        assert f"remove {passwords} (the class list's one-time passwords)" in said, said
         assert all(p.exists() for p in theirs) and exchange.exists() and sleeper.poll() is None
+        assert passwords.exists()
         assert not list(course_root.glob("parlab-term-*"))
         out = subprocess.run([*make, "YES=1"], cwd=ROOT, capture_output=True, text=True,
                              timeout=120)
@@ -306,7 +316,7 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
             pwd.getpwnam(user)
         assert not homes[user].parent.exists(), f"{user}'s home stays"
     assert pwd.getpwnam(TEACHER) and not exchange.exists(), said
-    assert not [p for p in theirs if p.exists()], said
+    assert not [p for p in theirs if p.exists()] and not passwords.exists(), said
     left = [p for top in (Path(tempfile.gettempdir()), Path("/dev/shm")) for p in top.iterdir()
             if p.lstat().st_uid in learners.values()]
     assert not left, left
@@ -314,15 +324,16 @@ def check_teardown(base: Path, course_root: Path, exchange: Path, settings: dict
     with tarfile.open(archive) as tar:
         names = tar.getnames()
         status = tar.extractfile("status.txt").read().decode()
-    assert "gradebook.db" in names and "status.txt" in names, names
-    assert ANN in status and DAN in status, status
+    assert {"gradebook.db", "status.txt", "roster.json"} <= set(names), names
+    assert ANN in status and DAN in status and f"{CY} (retired)" in status, status
     assert oct(archive.stat().st_mode & 0o777) == "0o640"
 
 
 def test_status_of_a_class_without_the_hub(tmp_path, monkeypatch):
     """`make status` for a class that hands in through `make collect` (no exchange): the
-    gradebook's roster with one who never handed in, submission times from the learning
-    platform's CSV, late by against the gradebook's due date."""
+    gradebook's roster with one who never handed in, and the class list's (`make hub-roster`)
+    with one only there and one retired; submission times from the learning platform's CSV,
+    late by against the gradebook's due date."""
     from nbgrader.api import Gradebook
 
     root, inbox = tmp_path / "root", tmp_path / "inbox"
@@ -343,15 +354,20 @@ def test_status_of_a_class_without_the_hub(tmp_path, monkeypatch):
         gb.update_or_create_assignment(MODULE, duedate=due)
         for user in ("ann", "ben", "cy"):
             gb.add_student(user)
+    class_list = Roster.load(root)
+    class_list.students = {u: Student(u) for u in ("ann", "ben", "eve")}
+    class_list.students["dee"] = Student("dee", status="retired", since="2026-02-01T00:00:00")
+    class_list.save()
     out = subprocess.run(["make", "-s", f"VENV={VENV}", "status", f"MODULE={MODULE}",
                           f"PARLAB_COURSE_ROOT={root}", f"PARLAB_HUB_RUN={tmp_path / 'run'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     table = out.stdout + out.stderr
     assert out.returncode == 0, table
     got = {line.split()[0]: re.split(r"\s{2,}", line) for line in table.splitlines()
-           if line.split() and line.split()[0] in ("ann", "ben", "cy")}
+           if line.split() and line.split()[0] in ("ann", "ben", "cy", "dee", "eve")}
     # student, submitted, late by, collected, graded, feedback (no fetched: no exchange)
     assert got["ann"][1:4] == ["2026-03-01 16:00 UTC", "on time", "yes"], table
     assert got["ben"][1:4] == ["2026-03-01 19:30 UTC", "2 h 30 min", "yes"], table
-    assert got["cy"][1:] == ["-"] * 5, table
+    assert got["cy"][1:] == got["eve"][1:] == got["dee"][1:] == ["-"] * 5, table
+    assert got["dee"][0] == "dee (retired)" and got["eve"][0] == "eve", table
     assert "no exchange" in table and "due 2026-03-01 17:00 UTC" in table, table

@@ -7,8 +7,9 @@ With the settings the hub ran with, after the hub has stopped. First it prints a
 and asks for `yes`; then, in this order:
 
 1. archives, into `<course root>/parlab-term-<course>-<date>.tar.gz` (the instructors' group,
-   0640): `gradebook.db`, `grades.csv` (exported again first), `feedback/`, and `status.txt`
-   (`make status` of every module). Nothing is removed if this fails;
+   0640): `gradebook.db`, `grades.csv` (exported again first), `feedback/`, the class list
+   `roster.json`, and `status.txt` (`make status` of every module). Nothing is removed if
+   this fails;
 2. ends the learners' processes, then removes their Unix accounts with their homes (`userdel
    -r`: the workspace `~<learner>/parlab` and nbgrader's cache in it), under the system's
    users (PARLAB_HUB_SYSTEM_USERS=1) only: in the trial a learner's name is no account of the
@@ -16,9 +17,11 @@ and asks for `yes`; then, in this order:
 3. removes the course's folder in nbgrader's exchange (`inbound/`, `outbound/`, `feedback/`,
    `fetched/`: every hand-in and returned feedback);
 4. removes their files directly in /tmp and /dev/shm (`parlab-scratch-<uid>`, Python's
-   `pymp-*`, torch's shared memory): what `userdel -r` leaves behind.
+   `pymp-*`, torch's shared memory): what `userdel -r` leaves behind, and the one-time
+   passwords `make hub-roster` wrote (`<hub run>/roster-passwords-*.txt`).
 
-The learners are PARLAB_HUB_LEARNERS and the gradebook's students. An account is never removed
+The learners are PARLAB_HUB_LEARNERS, the class list's students (`make hub-roster`, active and
+retired: parlab.hub.roster) and the gradebook's students. An account is never removed
 when it is root's or a system account's (uid below UID_MIN of /etc/login.defs), an instructor's
 (PARLAB_HUB_INSTRUCTORS, or a member of the instructors' group), or the one running this: such
 a name is printed as kept, with why. The course root's `submitted/`, `autograded/`,
@@ -46,11 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parlab.hub.exchange import REPO_ROOT, exchange_settings
+from parlab.hub.roster import ROSTER_FILE, Roster
 
 __all__ = ["Plan", "make_plan", "describe", "carry_out", "main"]
 
 SYSTEM_UID_MIN = 1000
-ARCHIVED = ("gradebook.db", "grades.csv", "feedback")
+ARCHIVED = ("gradebook.db", "grades.csv", "feedback", ROSTER_FILE)
 
 
 @dataclass
@@ -63,7 +67,7 @@ class Plan:
     kept: dict[str, str] = field(default_factory=dict)            # name: why not removed
     workspaces: list[Path] = field(default_factory=list)
     exchange: Path | None = None                 # the course's folder in the exchange
-    temp: list[Path] = field(default_factory=list)                # in /tmp and /dev/shm
+    temp: list[Path] = field(default_factory=list)    # in /tmp, /dev/shm; one-time passwords
     processes: list[int] = field(default_factory=list)
 
 
@@ -158,7 +162,8 @@ def make_plan(root: Path | None = None, archive_dir: Path | None = None) -> Plan
     exchange_root, course = exchange_settings()
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
     plan = Plan(root, (archive_dir or root) / f"parlab-term-{course}-{stamp}.tar.gz")
-    learners = sorted(set(_names("PARLAB_HUB_LEARNERS")) | set(gradebook_students(root)))
+    learners = sorted(set(_names("PARLAB_HUB_LEARNERS")) | set(gradebook_students(root))
+                      | set(Roster.load(root).students))
     system_users = os.environ.get("PARLAB_HUB_SYSTEM_USERS") == "1"
     run = Path(os.environ.get("PARLAB_HUB_RUN") or REPO_ROOT / "autograder" / "hub" / "run")
     instructors = _instructors()
@@ -180,6 +185,7 @@ def make_plan(root: Path | None = None, archive_dir: Path | None = None) -> Plan
     if (exchange_root / course).is_dir():
         plan.exchange = exchange_root / course
     plan.temp, plan.processes = _theirs(set(plan.accounts.values()))
+    plan.temp += sorted(run.glob("roster-passwords-*.txt"))
     return plan
 
 
@@ -198,7 +204,9 @@ def describe(plan: Plan) -> str:
     if plan.processes:
         lines.append(f"end the learners' processes ({len(plan.processes)}): "
                      + " ".join(map(str, plan.processes)))
-    lines += [f"remove {p} (the learners' file)" for p in plan.temp]
+    lines += [f"remove {p} (" + ("the class list's one-time passwords)"
+                                  if p.name.startswith("roster-passwords-")
+                                  else "the learners' file)") for p in plan.temp]
     lines += [f"keep {name}: {why}" for name, why in plan.kept.items()]
     return "\n".join(lines)
 

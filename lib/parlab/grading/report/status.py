@@ -3,18 +3,17 @@
     make status MODULE=00_collectives     # python -m parlab.grading.report.status --module ...
     make status                           # every module anyone has a record of
 
-One row per student of the roster (the gradebook's students: the hub's roster import or
-`nbgrader db student add`; and PARLAB_HUB_LEARNERS when given) and of anyone else with a
-record (marked "not on the roster"). Each column is read from the record its step leaves:
+One row per student of the roster (the class list of `make hub-roster`, parlab.hub.roster,
+its retired students marked so; the gradebook's students; PARLAB_HUB_LEARNERS when given) and
+of anyone else with a record (marked "not on the roster"). Each column is read from the record
+its step leaves:
 
 - fetched: the exchange's fetched/ (parlab.hub.records; under the hub only);
 - submitted: the latest hand-in in the exchange's inbound/ (`(3x)`: how many), else the
   collected one's `submitted/<student>/<module>/timestamp.txt` (a class of `make collect`);
-- late by: that time past the gradebook's due date (`nbgrader db assignment add MODULE
-  --duedate=...`);
+- late by: past the gradebook's due date (`nbgrader db assignment add M --duedate=...`);
 - collected: timestamp.txt in submitted/, and whether it is the latest hand-in;
-- graded: the gradebook's score less the late penalty, of its maximum (after `make
-  autograde`); whether a cell waits for manual grading;
+- graded: the gradebook's score less the late penalty, of its maximum; manual grading to do;
 - feedback: made (`feedback/<student>/<module>/*.html`) and returned (the page nbgrader's
   release_feedback put in the exchange, by its hash of the submission).
 
@@ -41,6 +40,7 @@ from nbgrader.utils import parse_utc
 
 from parlab.grading.base.paths import REPO_ROOT, list_modules
 from parlab.hub.records import Fetch, exchange_course, fetches, hand_ins, released_page
+from parlab.hub.roster import Roster
 
 __all__ = ["CourseRecord", "course_records", "duedate", "gradebook_students", "Row", "Table",
            "status_table", "render_text", "course_root", "cells", "summary", "COLUMNS", "main"]
@@ -141,7 +141,7 @@ class Row:
     """One student's module (times naive UTC, as nbgrader's)."""
 
     student: str
-    on_roster: bool
+    note: str                           # '', 'not on the roster', 'retired'
     fetched: Fetch | None
     handed_in: list[dt.datetime]        # every hand-in in the exchange, oldest first
     course: CourseRecord
@@ -197,12 +197,14 @@ def status_table(module: str, root: Path | None = None, exchange: Path | None = 
     if learners is None:
         learners = [n.strip() for n in os.environ.get("PARLAB_HUB_LEARNERS", "").split(",")
                     if n.strip()]
-    roster = set(gradebook_students(root)) | set(learners)
+    class_list = Roster.load(root)
+    roster = set(gradebook_students(root)) | set(learners) | set(class_list.students)
     got = fetches(exchange, module) if exchange else {}
     handed = hand_ins(exchange, module) if exchange else {}
     records = course_records(root, module)
-    rows = [Row(s, s in roster or not roster, got.get(s), handed.get(s, []),
-                records.get(s, CourseRecord()))
+    notes = {**{s: "retired" for s in class_list.retired()}, **{s: "" for s in learners}}
+    rows = [Row(s, notes.get(s, "" if s in roster or not roster else "not on the roster"),
+                got.get(s), handed.get(s, []), records.get(s, CourseRecord()))
             for s in sorted(roster | set(got) | set(handed) | set(records))]
     return Table(module, root, duedate(root, module), exchange, rows)
 
@@ -257,7 +259,7 @@ def cells(table: Table, row: Row) -> dict[str, str]:
     fetched = "-" if row.fetched is None else when(row.fetched.first) + (
         f" ({row.fetched.count}x)" if row.fetched.count > 1 else "")
     count = f" ({len(row.handed_in)}x)" if len(row.handed_in) > 1 else ""
-    return {"student": row.student + ("" if row.on_roster else " (not on the roster)"),
+    return {"student": row.student + (f" ({row.note})" if row.note else ""),
             "fetched": fetched if table.exchange else "", "submitted": when(sub) + count,
             "late by": late, "collected": collected, "graded": graded, "feedback": feedback}
 
