@@ -121,7 +121,11 @@ hub-gpus: setup
 # what `make autograde` reads), then `make autograde` and `make feedback` as always, and
 # hub-return MODULE=.. (the feedback back to them). Each runs nbgrader with the course's
 # configuration and autograder/hub/nbgrader/ (the exchange's root and course id).
-HUB_NBGRADER = cd autograder && $(call WITH_JUPYTER,$(CURDIR)/autograder/hub/nbgrader) $(abspath $(VENV))/bin/nbgrader
+# The venv's bin/ goes first on PATH, as `make hub` puts it: nbgrader starts `alembic` (a new
+# gradebook) by name, and an instructor's own PATH (a login shell, ssh, `runuser -u`, `sudo -u`)
+# may not hold it, or may hold root's (`Permission denied: 'alembic'`).
+HUB_PATH = PATH="$(abspath $(VENV))/bin:$$PATH"
+HUB_NBGRADER = cd autograder && $(HUB_PATH) $(call WITH_JUPYTER,$(CURDIR)/autograder/hub/nbgrader) $(abspath $(VENV))/bin/nbgrader
 define HUB_EXCHANGE
 @test -n "$(MODULE)" || { echo "make $@ needs MODULE=<module>, e.g. MODULE=00_collectives"; exit 2; }
 @test -d course/$(MODULE) || { echo "make $@: no module course/$(MODULE) (ls course/)"; exit 2; }
@@ -152,6 +156,22 @@ hub-roster: setup
 	@test -n "$(ROSTER)" || { echo "make hub-roster needs ROSTER=<the CSV of the class your learning platform exports>"; exit 2; }
 	$(PY) -m parlab.hub.enrol "$(ROSTER)"$(if $(ID_COLUMN), --id-column "$(ID_COLUMN)")$(if $(DRY), --dry-run)
 
+# Who has fetched, submitted (when, how late), been graded (score) and had feedback returned,
+# for each student of the roster (the gradebook's students and PARLAB_HUB_LEARNERS): from the
+# exchange's records when the hub has one, else from the course root alone (a class handing in
+# through `make collect`). As the instructor's own account; MODULE=.. for one module.
+.PHONY: status hub-teardown
+status: setup
+	@$(HUB_PATH) $(PY) -m parlab.grading.report.status$(if $(MODULE), --module "$(MODULE)")
+
+# The end of a term (autograder/hub/README.md, "The end of a term"), as root: archives the
+# gradebook, grades and feedback, then removes the learners' accounts (with
+# PARLAB_HUB_SYSTEM_USERS=1), workspaces, the course's exchange folders and the learners' files in
+# /tmp and /dev/shm; it prints all of it and asks first (YES=1: no question, for scripts).
+YES ?=
+hub-teardown: setup
+	@$(HUB_PATH) $(PY) -m parlab.hub.teardown$(if $(YES), --yes)
+
 # The hub for real on this machine (tests/test_hub_e2e.py: three learners and an instructor
 # through its REST API, a browser login, idle culling; tests/test_hub_exchange.py: the same as
 # the box's own Unix users, as root, through nbgrader's exchange; about 4 minutes on 2 cores,
@@ -163,7 +183,7 @@ test-hub:
 	@$(MAKE) --no-print-directory VENV=$(HUB_TEST_VENV) PYTHON=$(HUB_TEST_PYTHON) $(HUB_TEST_VENV)/.hub-installed
 	PARLAB_TEST_HUB=1 $(HUB_TEST_VENV)/bin/python -m pytest -q tests/test_hub_e2e.py \
 	  tests/test_hub_exchange.py tests/test_hub_allot.py tests/test_hub_roster.py \
-	  tests/test_hub_lti.py $(PYTEST_ARGS)
+	  tests/test_hub_lti.py tests/test_hub_term.py tests/test_hub_services.py $(PYTEST_ARGS)
 
 # A real Slurm on this machine (tests/cluster.py): munged, slurmctld and two slurmd (node1,
 # node2) from autograder/cluster/slurm.conf.in, in a temporary folder and a PID namespace of

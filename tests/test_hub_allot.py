@@ -246,7 +246,11 @@ def test_the_configuration_loads_and_sets_what_the_readme_says(tmp_path, monkeyp
     assert "--timeout=3600" in services["idle-culler"]["command"]
     roles = {r["name"]: set(r["scopes"]) for r in c.JupyterHub.load_roles}
     assert {"delete:servers", "read:users:activity"} <= roles["idle-culler"]
-    assert services["gpu-pool"]["command"][2:4] == ["parlab.hub", "watch"]
+    for name, service in services.items():   # each ends with its hub (parlab.hub.service)
+        assert service["command"][1].endswith("lib/parlab/hub/service.py"), service
+        assert service["command"][2:4] == [name, "--"], service
+    assert services["gpu-pool"]["command"][5:8] == ["-m", "parlab.hub", "watch"]
+    assert "default_url" not in c.JupyterHub   # logged in: to their JupyterLab, not /hub/home
     assert roles["gpu-pool"] == {"list:users", "read:servers"}
     assert "http://127.0.0.1:8000" in capsys.readouterr().err            # the printed URL
     spawners = [fake_spawner(who) for who in ["alice", "bob", "carol", "dave", "eve"]]

@@ -344,14 +344,20 @@ def test_make_hub_serves_the_class_as_the_readme_says(tmp_path):
         else:
             pytest.fail(f"`make hub` did not answer at {base}")
     finally:
+        stopping = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             said = proc.communicate(timeout=60)[0]
+        stopped = time.monotonic() - stopping
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             said = proc.communicate()[0]
     assert f"open {base}" in said and "learners (alice, bob, carol): password" in said, said
     assert "GPUs: [0, 1], 2 per server" in said, said
+    # it says what it stops, and stops in seconds (parlab.hub.service; 10 s: a loaded machine)
+    for service in ("idle-culler", "gpu-pool"):
+        assert f"parlab: {service} service: the hub is stopping" in said, said[-3000:]
+    assert stopped < 10, f"Ctrl-C took {stopped:.1f} s: {said[-3000:]}"
     deadline = time.monotonic() + 15
     while (left := processes_of(run)) and time.monotonic() < deadline:
         time.sleep(0.5)

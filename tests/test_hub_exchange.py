@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +103,8 @@ def attempt(what, fn):
         fn(); print(what, "DONE")
     except PermissionError:
         print(what, "REFUSED")
+    except OSError as exc:
+        print(what, type(exc).__name__)
 attempt("read-workspace", lambda: open({ws!r}).read())
 attempt("list-inbound", lambda: os.listdir({inbound!r}))
 attempt("read-submission", lambda: open({sub!r}).read())
@@ -204,9 +207,12 @@ def test_the_exchange_as_the_box_users(monkeypatch):
                 solutions=str(ROOT / "solutions" / MODULE / mine.name), git=str(ROOT / ".git"),
                 course_solutions=str(course_root / "solutions" / MODULE / mine.name),
                 gradebook=str(course_root / "gradebook.db")))
+            # (in a git worktree .git is a file naming the repository's own .git elsewhere,
+            # which keep_private does not reach: serve a class from a plain clone)
+            git = ["read-git"] if (ROOT / ".git").is_dir() else []
             for what in ("read-workspace", "list-inbound", "read-submission", "plant-file",
                          "rename-submission", "read-cache", "rename-course", "read-solutions",
-                         "read-git", "read-course-solutions", "read-gradebook"):
+                         *git, "read-course-solutions", "read-gradebook"):
                 assert f"{what} REFUSED" in out, out
             steps["private"] = time.monotonic() - started
             instructor(*make, "hub-collect", f"MODULE={MODULE}", env=env)     # as plt-teacher
@@ -224,7 +230,7 @@ def test_the_exchange_as_the_box_users(monkeypatch):
             assert got == full and scores["plt-alice"].startswith("0/"), graded
             instructor(*grading, "feedback", "--module", MODULE, env=env)
             instructor(*make, "hub-return", f"MODULE={MODULE}", env=env)
-            action(hub, "plt-bob", "fetch_feedback")
+            browser_feedback(hub, "plt-bob")       # lands on the Assignment List; the page opens
             pages = list((home["plt-bob"] / MODULE / "feedback").rglob("*.html"))
             assert pages, "no feedback fetched"
             hidden = hidden_lines(course_root / "solutions" / MODULE / mine.name)
@@ -241,6 +247,8 @@ def test_the_exchange_as_the_box_users(monkeypatch):
             bob = graded_subs["plt-bob"]
             assert bob["score"] == bob["max_score"] > 0, bob
             steps["formgrader"] = time.monotonic() - started
+            check_status(hub, make, env, full=full)
+            steps["status"] = time.monotonic() - started
             assert run.exists()
         print("steps (s):", {k: round(v, 1) for k, v in steps.items()})
     finally:
@@ -248,6 +256,45 @@ def test_the_exchange_as_the_box_users(monkeypatch):
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             shutil.copy(base / "hub.log", ARTIFACTS / "exchange-hub.log")
         shutil.rmtree(base, ignore_errors=True)
+
+
+def check_status(hub: Hub, make: list[str], env: dict[str, str], full: str) -> None:
+    """`make status` as plt-teacher, and the same on plt-teacher's server's status page: every
+    learner fetched, submitted, was collected, graded (bob full marks, the stubs 0) and had
+    their feedback returned (issue 46, item 3)."""
+    table = instructor(*make, "status", f"MODULE={MODULE}", env=env)
+    got = {line.split()[0]: re.split(r"\s{2,}", line) for line in table.splitlines()
+           if line.startswith("plt-")}
+    assert sorted(got) == LEARNERS, table
+    for row in got.values():         # student, fetched, submitted, late by, collected, ...
+        assert row[1].endswith(" UTC") and row[2].endswith(" UTC"), table
+        assert row[4] == "yes" and row[6] == "returned", table
+    assert got["plt-bob"][5] == f"{full}/{full}", table
+    assert got["plt-alice"][5] == f"0/{full}", table
+    assert "3 of 3 fetched, 3 submitted, 3 collected, 3 graded, 3 with feedback" in table, table
+    req = urllib.request.Request(f"{hub.base}/user/{TEACHER}/parlab/status?module={MODULE}",
+                                 headers={"Authorization": f"token {hub.token}"})
+    with urllib.request.urlopen(req, timeout=60) as reply:
+        page = reply.read().decode()
+    for user in LEARNERS:
+        assert f"<td>{user}</td>" in page, page
+    assert page.count("<td>returned</td>") == 3 and f"<td>{full}/{full}</td>" in page, page
+
+
+def browser_feedback(hub: Hub, user: str) -> None:
+    """Chromium logs in as `user` without saying where to go: the hub sends them to their
+    JupyterLab with nbgrader's Assignment List open (no Start My Server, no menu); Fetch
+    Feedback, then "(view feedback)" opens the feedback page in a tab of its own."""
+    if not Path(CHROMIUM).exists():
+        action(hub, user, "fetch_feedback")
+        return
+    with logged_in(hub, user, PASSWORD, then="", name="feedback") as page:
+        page.get_by_role("button", name="Fetch Feedback").click(timeout=60_000)
+        page.get_by_text("(view feedback)").click(timeout=60_000)
+        tab = page.locator(".lm-TabBar-tabLabel", has_text=f"{MODULE}.html")
+        tab.wait_for(timeout=60_000)
+        page.frame_locator("iframe").last.get_by_text("Score").first.wait_for(timeout=60_000)
+        page.screenshot(path=ARTIFACTS / "exchange-feedback.png")
 
 
 def hidden_lines(source: Path) -> list[str]:

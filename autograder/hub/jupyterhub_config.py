@@ -84,7 +84,10 @@ c.JupyterHub.hub_bind_url = f"http://{HUB_IP}:{PORT + 1}"  # its API, for server
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PORT + 2}"  # the proxy's, for the hub
 c.JupyterHub.db_url = f"sqlite:///{RUN / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(RUN / "jupyterhub_cookie_secret")
-c.JupyterHub.default_url = "/hub/home"
+# After logging in, each goes straight to their own JupyterLab (the hub starts their server;
+# JupyterHub's redirect_to_server), not to the hub's "Start My Server" page; with the exchange a
+# learner's opens on nbgrader's Assignment List (autograder/hub/jupyter/labextensions/). The
+# hub's own pages stay at /hub/home (File > Hub Control Panel in JupyterLab).
 # Stopping the hub stops every learner's server (their GPUs go back). KEEP_SERVERS = "1" lets
 # you restart the hub (to change this file) while learners keep working: their servers and
 # GPUs stay, and the restarted hub finds them (and run/gpus.json) as they were.
@@ -339,7 +342,8 @@ c.Spawner.pre_spawn_hook, c.Spawner.post_stop_hook = make_hooks(HubSettings(
     instructors=frozenset(INSTRUCTORS),
     allotment=ALLOTMENT if GPUS else None, wait_s=WAIT_S, system_users=SYSTEM_USERS,
     exchange=EXCHANGE if SYSTEM_USERS else None, course_id=COURSE_ID,
-    extra_env={"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {},
+    extra_env={"PARLAB_HUB_LEARNERS": ",".join(LEARNERS),      # the roster, for the status page
+               **({"PARLAB_HUB_INSTRUCTOR_GROUP": INSTRUCTOR_GROUP} if SYSTEM_USERS else {})},
     scheduler_gpus=SPAWNER == "slurm"))
 
 # --- 7. Limits per learner's server --------------------------------------------------------
@@ -359,11 +363,22 @@ c.Spawner.cpu_limit = float(setting("CPUS", "4"))
 
 # --- 8. Services: idle culling and the GPU pool --------------------------------------------
 # jupyterhub-idle-culler stops a server idle for IDLE_S seconds (its GPUs go back); the
-# gpu-pool service returns the GPUs of servers that ended while the hub was not looking.
+# gpu-pool service returns the GPUs of servers that ended while the hub was not looking. Each
+# runs under parlab.hub.service, which ends it within a second when the hub stops (saying so in
+# the hub's log; JupyterHub alone waits up to 30 s for a service that ignores SIGINT) and when the
+# hub dies without stopping (SIGKILL, a crash): the service's parent-death signal.
 IDLE_S = int(setting("IDLE_S", "3600"))
+
+
+def service(name, *command):
+    # run as a file, not `-m parlab.hub.service`: no package to import before its signal handlers
+    wrapper = ROOT / "lib" / "parlab" / "hub" / "service.py"
+    return {"name": name, "command": [sys.executable, str(wrapper), name, "--", *command],
+            "environment": {"PARLAB_HUB_RUN": str(RUN)}}   # names its hub (for `ps e`, tests)
+
+
 c.JupyterHub.services = [
-    {"name": "idle-culler",
-     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"]},
+    service("idle-culler", sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={IDLE_S}"),
 ]
 c.JupyterHub.load_roles = [
     {"name": "idle-culler", "services": ["idle-culler"],
@@ -371,8 +386,8 @@ c.JupyterHub.load_roles = [
 ]
 if GPUS:
     c.JupyterHub.services.append(
-        {"name": "gpu-pool", "command": [sys.executable, "-m", "parlab.hub", "watch",
-                                         "--state", str(RUN / "gpus.json"), "--every", "60"]})
+        service("gpu-pool", sys.executable, "-m", "parlab.hub", "watch",
+                "--state", str(RUN / "gpus.json"), "--every", "60"))
     c.JupyterHub.load_roles.append(
         {"name": "gpu-pool", "services": ["gpu-pool"], "scopes": ["list:users", "read:servers"]})
 
@@ -392,5 +407,8 @@ LOGINS += "".join(f"  {line}\n" for line in LTI_LINES)
 SERVERS = (f"servers: Slurm jobs, profiles {', '.join(SLURM_PROFILES)} (GPUs: what Slurm "
            "grants each job)" if SPAWNER == "slurm" else
            f"GPUs: {f'{GPUS}, {PER_LEARNER} per server, then {WHEN_FULL}' if GPUS else 'none'}")
-print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}{SERVERS}. "
+STATUS_OF = INSTRUCTORS[0] if INSTRUCTORS else "<instructor>"
+print(f"\nParallelism Lab's hub: open http://{IP}:{PORT}\n{LOGINS}"
+      f"who has fetched, submitted, been graded: http://{IP}:{PORT}/user/{STATUS_OF}/parlab/status"
+      f" (an instructor's server), or `make status`\n{SERVERS}. "
       "Stop it with Ctrl-C.\n", file=sys.stderr, flush=True)

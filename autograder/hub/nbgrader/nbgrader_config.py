@@ -22,6 +22,11 @@ c.CourseDirectory.course_id = _course
 # parlab-instructors, which learners are not in): no other learner can read it or put a file
 # in it; an instructor collects it as themself, no root needed.
 c.ExchangeFactory.submit = "parlab.hub.exchange.PrivateSubmit"
+# A collect takes each submission whole or not at all, names those it could not take and then
+# fails (exit 1); the next collect takes them (parlab.hub.collect). A fetch leaves a record
+# for the instructor's `make status` in the exchange's fetched/ (parlab.hub.records).
+c.ExchangeFactory.collect = "parlab.hub.collect.CompleteCollect"
+c.ExchangeFactory.fetch_assignment = "parlab.hub.records.RecordedFetch"
 # For root and the group's members: nbgrader's setting for instructors who share a course.
 # The exchange's folders are root's (the hub made them), given to the group: without it
 # nbgrader refuses to release into a folder it does not own; with it, what nbgrader writes

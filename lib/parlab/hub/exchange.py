@@ -26,10 +26,13 @@ What nbgrader 0.9.6 leaves open, and how it is closed here (autograder/hub/READM
   into them and returns feedback without root. nbgrader refuses a folder it does not own
   unless `CourseDirectory.groupshared` (its setting for instructors sharing a course), which
   the exchange's configuration sets for root and the group's members (`instructor_side`).
+- `fetched/` (`3773`, the group's, as inbound) is ours: each fetch leaves a record there
+  (`parlab.hub.records`), for the instructor's `make status`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import grp
 import os
 import pwd
@@ -49,7 +52,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 ROOT_MODE = 0o1777                 # anyone creates, nobody renames what is not theirs
 FOLDERS = {"inbound": 0o3773,      # learners submit, never list, never rename others'
            "outbound": 0o2775,     # the releases: everyone reads them, the group writes
-           "feedback": 0o2771}     # returned feedback: fetched by its hash only
+           "feedback": 0o2771,     # returned feedback: fetched by its hash only
+           "fetched": 0o3773}      # a record of each fetch, as inbound (parlab.hub.records)
 
 
 class ExchangeProblem(RuntimeError):
@@ -161,7 +165,27 @@ class PrivateSubmit(ExchangeSubmit):
     """nbgrader's default submit, then the submission readable by its learner and the
     instructors' group only (folders 0750, files 0640; nbgrader's timestamp.txt and
     submission_secret.txt, which carry the learner's group, 0644 behind the 0750 folder), and
-    the cached copy the learner's alone (0700, 0600). Instructors collect without root."""
+    the cached copy the learner's alone (0700, 0600). Instructors collect without root.
+    Its check of the notebooks handed in leaves out what the copy leaves out
+    (`CourseDirectory.ignore`): nbgrader's own listed JupyterLab's
+    `.ipynb_checkpoints/<name>-checkpoint.ipynb` as an EXTRA notebook of every submission, which
+    it never copies."""
+
+    def check_filename_diff(self) -> None:
+        released = _notebooks(Path(self.release_path), [])
+        handed_in = _notebooks(Path(self.src_path), self.coursedir.ignore)
+        missing, extra = sorted(released - handed_in), sorted(handed_in - released)
+        if not missing and not extra:
+            return
+        diff = ("Expected:\n\t" + "\n\t".join(f"{n}: {'MISSING' if n in missing else 'FOUND'}"
+                                                for n in sorted(released))
+                + "\nSubmitted:\n\t" + "\n\t".join(f"{n}: {'EXTRA' if n in extra else 'OK'}"
+                                                    for n in sorted(handed_in)))
+        if missing and self.strict:
+            self.fail(f"Assignment {self.coursedir.assignment_id} not submitted. There are "
+                      f"missing notebooks for the submission:\n{diff}")
+        self.log.warning("Possible missing notebooks and/or extra notebooks submitted for "
+                         "assignment %s:\n%s", self.coursedir.assignment_id, diff)
 
     def copy_files(self) -> None:
         super().copy_files()
@@ -179,6 +203,18 @@ class PrivateSubmit(ExchangeSubmit):
         self.set_perms(str(Path(self.cache_path) / cached), fileperms=0o600, dirperms=0o700)
         for path in (Path(self.cache), Path(self.cache_path)):
             path.chmod(0o700)
+
+
+def _notebooks(top: Path, ignore: Iterable[str]) -> set[str]:
+    """The notebooks under `top` (relative paths), without those in or named by a pattern
+    of `ignore`, as nbgrader's copy skips them."""
+    found = set()
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, g) for g in ignore)]
+        for name in files:
+            if name.endswith(".ipynb") and not any(fnmatch.fnmatch(name, g) for g in ignore):
+                found.add(os.path.relpath(os.path.join(folder, name), top))
+    return found
 
 
 def cannot_reach(path: str | os.PathLike[str], *, execute: bool = False) -> str | None:

@@ -18,7 +18,10 @@ Slurm granted it (CUDA_VISIBLE_DEVICES), none on a CPU profile.
 With `exchange` (the system's users only: nbgrader names a student by their Unix account) a
 learner's workspace starts empty and modules arrive through nbgrader's exchange, from the
 Assignments tab of the hub's learner configuration (autograder/hub/jupyter/learner/); every
-server reads autograder/hub/nbgrader/nbgrader_config.py (`parlab.hub.exchange`).
+server reads autograder/hub/nbgrader/nbgrader_config.py (`parlab.hub.exchange`), and a
+learner's JupyterLab gets the lab extension of autograder/hub/jupyter/labextensions/ (the
+Assignment List open on arrival, "view feedback" opening the page). An instructor's server also
+reads autograder/hub/jupyter/instructor/ (the status page, `parlab.grading.report.status_page`).
 The hooks read only what every JupyterHub spawner has (user.name, name, environment,
 notebook_dir, log): nothing here imports JupyterHub.
 """
@@ -72,8 +75,8 @@ class HubSettings:
         """A server's JUPYTER_CONFIG_PATH: its Jupyter configuration, the exchange's nbgrader
         configuration (with an exchange), the course root (its nbgrader_config.py)."""
         hub = self.course_root / "autograder" / "hub"
-        if instructor:
-            paths = [self.instructor_jupyter]
+        if instructor:       # + the status page (parlab.grading.report.status_page)
+            paths = [self.instructor_jupyter, hub / "jupyter" / "instructor"]
         else:
             paths = [hub / "jupyter" / "learner" if self.exchange else self.learner_jupyter]
         if self.exchange is not None:
@@ -119,6 +122,10 @@ def _prepare(settings: HubSettings, spawner: Any) -> None:
                              owner=user if settings.system_users else None,
                              copy=settings.exchange is None)
         env["PARLAB_HUB_WORKSPACE"] = str(root)   # where Fetch puts a module (the exchange)
+        if settings.exchange is not None:   # the learner's lab extension: Assignment List
+            env["JUPYTER_PATH"] = ":".join(filter(None, [
+                str(settings.course_root / "autograder" / "hub" / "jupyter"),
+                env.get("JUPYTER_PATH")]))
         if new:
             spawner.log.info("parlab: new in %s's workspace %s: %s", user, root, ", ".join(new))
     spawner.environment = env
