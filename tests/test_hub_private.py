@@ -38,12 +38,13 @@ def _course_root(root: Path) -> list[Path]:
     for name in (*HIDDEN, "course", "lib", "submitted/alice/00"):
         (root / name).mkdir(parents=True)
         (root / name / "x.ipynb").write_text("{}")
-    for name in ("grades.csv", "report.html"):
+    made = [n for n in INSTRUCTOR_FILES if n != "gradebook.db"]  # the instructor's commands'
+    for name in made:
         (root / name).write_text("alice,10")
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return [root / n / "x.ipynb" for n in (*HIDDEN, "submitted/alice/00")] + [
-        root / n for n in ("grades.csv", "report.html")]
+        root / n for n in made]
 
 
 @pytest.fixture
