@@ -85,6 +85,11 @@ def test_a_service_that_ignores_signals_ends_within_its_grace():
     assert "stopped in" in said, said
 
 
+def _is_proxy(line: str) -> bool:
+    """The proxy's process: configurable-http-proxy, or parlab.hub.proxy wrapping its port."""
+    return "configurable-http-proxy" in line or "parlab.hub.proxy" in line
+
+
 def start_hub(tmp: Path, port: int) -> tuple[subprocess.Popen, list[int]]:
     """The trial hub with the idle culler and the gpu-pool service; (hub, service pids)."""
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "PARLAB_HUB_RUN": str(tmp / "run"),
@@ -101,8 +106,7 @@ def start_hub(tmp: Path, port: int) -> tuple[subprocess.Popen, list[int]]:
         with contextlib.suppress(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/hub/api/", timeout=5)
             services = [int(line.split(":")[0]) for line in processes_of(tmp / "run")
-                        if int(line.split(":")[0]) != hub.pid
-                        and "configurable-http-proxy" not in line]
+                        if int(line.split(":")[0]) != hub.pid and not _is_proxy(line)]
             if len(services) >= 4:       # two services, each a wrapper and its process
                 return hub, services
         time.sleep(0.5)
